@@ -1,0 +1,70 @@
+"""tapegrad: deep learning with a gradient tape you can hold, inspect and release.
+
+>>> import tapegrad as tg
+>>> w = tg.Parameter(tg.tensor([1.0, -2.0]))
+>>> with tg.Tape() as tape:
+...     loss = (w * w).sum()
+>>> tape.gradient(loss)[w].tolist()
+[2.0, -4.0]
+"""
+
+from . import _methods  # noqa: F401  (binds Tensor's operators)
+from . import nn, testing
+from ._creation import (
+    Generator,
+    arange,
+    bernoulli,
+    default_generator,
+    empty,
+    empty_like,
+    eye,
+    from_dlpack,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    manual_seed,
+    normal,
+    ones,
+    ones_like,
+    permutation,
+    rand,
+    randint,
+    randn,
+    tensor,
+    uniform,
+    zeros,
+    zeros_like,
+)
+from ._dtypes import (
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    set_default_dtype,
+    uint8,
+)
+from ._functional import grad, value_and_grad
+from ._tape import (
+    Gradients,
+    Tape,
+    apply,
+    backward,
+    defprim,
+    is_grad_enabled,
+    no_grad,
+    stop_gradient,
+    trace,
+)
+from ._tensor import Parameter, Tensor, is_tensor
+from .ops import *  # noqa: F403
+from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
+
+detach = stop_gradient
+bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
+
+__version__ = "0.1.0"

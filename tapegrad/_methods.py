@@ -1,0 +1,172 @@
+"""Bind the ops to Tensor as methods and operators (after both exist)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _tape
+from ._backend import np
+from ._tensor import Tensor, _wrap
+from .ops import _elementwise as E
+from .ops import _linalg as L
+from .ops import _reduce as R
+from .ops import _shape as S
+from .ops import _softmax as SM
+
+
+def _reflect(f: Any) -> Any:
+    return lambda self, other: f(other, self)
+
+
+def _setitem(self: Tensor, idx: Any, value: Any) -> None:
+    """In-place assignment. On a recording tape it is recorded functionally: the tensor becomes
+    the output of an index-put, and ops that saved its old value notice (version counter)."""
+    v = value._data if isinstance(value, Tensor) else value
+    nidx = S._norm_index(idx)
+    recording = _tape._GRAD_ENABLED and (
+        any(tp._recording for tp in self._tapes)
+        or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
+    )
+    if recording:
+        new = _index_put(self, nidx, value if isinstance(value, Tensor) else _wrap(np.asarray(v, dtype=self.dtype)))
+        self._data, self._tid, self._tapes = new._data, new._tid, new._tapes
+    else:
+        try:
+            self._data[nidx] = v
+        except (ValueError, IndexError) as e:
+            raise type(e)(f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})") from None
+    self._version += 1
+
+
+def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
+    # out = x with x[idx] replaced by v: x * (1 - mask) + scatter(v)
+    mask = np.zeros(x.shape, dtype=bool)
+    mask[idx] = True
+    keep = E.where(_wrap(mask), 0.0, x)
+    vb = S.broadcast_to(v.astype(x.dtype), np.zeros(x.shape)[idx].shape)
+    return keep + _tape.apply(S._index_grad, vb, idx=idx, shape=x.shape, advanced=S._is_advanced(idx))
+
+
+def _bind() -> None:
+    T = Tensor
+    T.__add__ = E.add  # type: ignore[assignment]
+    T.__radd__ = _reflect(E.add)
+    T.__sub__ = E.subtract
+    T.__rsub__ = _reflect(E.subtract)
+    T.__mul__ = E.multiply
+    T.__rmul__ = _reflect(E.multiply)
+    T.__truediv__ = E.divide
+    T.__rtruediv__ = _reflect(E.divide)
+    T.__floordiv__ = E.floor_divide
+    T.__rfloordiv__ = _reflect(E.floor_divide)
+    T.__mod__ = E.remainder
+    T.__rmod__ = _reflect(E.remainder)
+    T.__pow__ = E.pow
+    T.__rpow__ = _reflect(E.pow)
+    T.__matmul__ = L.matmul
+    T.__rmatmul__ = _reflect(L.matmul)
+    T.__neg__ = E.neg
+    T.__pos__ = lambda self: self
+    T.__abs__ = E.abs
+    T.__invert__ = lambda self: E.logical_not(self) if self.dtype.kind == "b" else _wrap(~self._data)
+    T.__and__ = E.logical_and
+    T.__or__ = E.logical_or
+    T.__xor__ = E.logical_xor
+    T.__eq__ = E.equal  # type: ignore[assignment]
+    T.__ne__ = E.not_equal  # type: ignore[assignment]
+    T.__lt__ = E.less
+    T.__le__ = E.less_equal
+    T.__gt__ = E.greater
+    T.__ge__ = E.greater_equal
+    T.__getitem__ = S.getitem
+    T.__setitem__ = _setitem
+    T.__hash__ = lambda self: id(self)  # type: ignore[assignment]
+
+    for name in (
+        "exp expm1 log log1p log2 log10 sqrt rsqrt square reciprocal sin cos tan tanh sigmoid "
+        "relu erf sign floor ceil round trunc isnan isfinite isinf"
+    ).split():
+        setattr(T, name, getattr(E, name))
+    T.abs = E.abs
+    T.clip = E.clip
+    T.clamp = E.clip
+    T.pow = E.pow
+    T.maximum = E.maximum
+    T.minimum = E.minimum
+    for name in "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod norm all any".split():
+        setattr(T, name, getattr(R, name))
+    for name in "flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to astype flip roll tril triu repeat tile take".split():
+        setattr(T, name, getattr(S, name))
+    T.reshape = S.reshape
+    T.view = S.reshape
+    T.unsqueeze = S.expand_dims
+    T.transpose = lambda self, *axes: S.permute_dims(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
+    T.permute = lambda self, *axes: S.permute_dims(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes)
+    T.T = property(lambda self: S.permute_dims(self))  # type: ignore[assignment]
+    T.mT = property(lambda self: S.swapaxes(self, -1, -2))  # type: ignore[assignment]
+    T.matmul = L.matmul
+    T.softmax = SM.softmax
+    T.log_softmax = SM.log_softmax
+    T.split = S.split
+    T.chunk = S.chunk
+    T.detach = _tape.stop_gradient
+    T.backward = _tape.backward
+    T.trace = _tape.trace
+    T.float = lambda self: S.astype(self, np.float32)
+    T.double = lambda self: S.astype(self, np.float64)
+    T.long = lambda self: S.astype(self, np.int64)
+    T.int = lambda self: S.astype(self, np.int32)
+    T.bool = lambda self: S.astype(self, np.bool_)
+    T.to = _to
+    T.copy = lambda self: _wrap(self._data.copy())
+    T.clone = T.copy
+    T.copy_ = _copy_
+    T.fill_ = lambda self, v: _inplace(self, lambda a: a.fill(v))
+    T.zero_ = lambda self: _inplace(self, lambda a: a.fill(0))
+
+
+def _inplace(self: Tensor, f: Any) -> Tensor:
+    f(self._data)
+    self._version += 1
+    return self
+
+
+def _copy_(self: Tensor, src: Any) -> Tensor:
+    a = src._data if isinstance(src, Tensor) else np.asarray(src)
+    if np.broadcast_shapes(np.shape(a), self.shape) != self.shape:
+        raise ValueError(f"copy_: cannot copy shape {np.shape(a)} into {self.shape}")
+    self._data[...] = a
+    self._version += 1
+    return self
+
+
+def _to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None) -> Tensor:
+    """``x.to('cuda')``, ``x.to(tg.float64)``, ``x.to(device=..., dtype=...)``."""
+    from . import _backend as B  # noqa: PLC0415
+
+    for a in args:
+        if isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "gpu"):
+            device = a
+        else:
+            dtype = a
+    out = self
+    if dtype is not None:
+        out = S.astype(out, dtype)
+    if device is not None and B.normalize_device(device) != out.device:
+        out = _tape.apply(_TO_DEVICE, out, device=B.normalize_device(device))
+    return out
+
+
+def _to_device_vjp(g: Tensor, ans: Any, x: Any, device: str) -> Tensor:
+    return _tape.apply(_TO_DEVICE, g, device="cpu" if device == "cuda" else "cuda")
+
+
+def _to_device_fwd(x: Any, device: str) -> Any:
+    from . import _backend as B  # noqa: PLC0415
+
+    return B.to_device(x, device)
+
+
+_TO_DEVICE = _tape.defprim("to_device", _to_device_fwd, _to_device_vjp)
+
+_bind()

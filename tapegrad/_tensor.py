@@ -1,0 +1,229 @@
+"""The Tensor: an array plus the tapes it is on.
+
+A Tensor is a thin handle over a numpy (or CuPy) array. Its operator methods are bound in
+``_methods.py`` once the ops exist. A tensor is on a tape when the tape watches it or when an
+op recorded on that tape produced it; ``_tapes`` lists those tapes and ``_tid`` is the tensor's
+identity on them (unique for the life of the process, unlike ``id()``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from . import _backend as B
+from ._backend import np
+from ._dtypes import as_dtype, default_float
+
+_next_tid = itertools.count(1).__next__
+
+
+class Tensor:
+    """An n-dimensional array that tapes can record.
+
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x * 2 + 1).sum().item()
+    24.0
+    """
+
+    __slots__ = ("_data", "_tapes", "_tid", "_version", "__weakref__")
+    _is_param = False
+    __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
+
+    _data: Any
+    _tapes: tuple
+    _tid: int | None
+    _version: int
+
+    def __init__(self, data: Any, dtype: Any = None, device: Any = None) -> None:
+        self._data = _to_array(data, dtype, device)
+        self._tapes = ()
+        self._tid = None
+        self._version = 0
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def device(self) -> str:
+        return B.device_of(self._data)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+    def __len__(self) -> int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    # -- conversion ----------------------------------------------------------------------------
+    def numpy(self) -> Any:
+        """The values as a numpy array (copied to the host for 'cuda'); leaves every tape."""
+        return B.to_device(self._data, "cpu")
+
+    def item(self) -> Any:
+        if self._data.size != 1:
+            raise ValueError(
+                f"item(): the tensor has {self._data.size} elements (shape {self.shape}); "
+                "only one-element tensors convert to a Python number"
+            )
+        return self._data.item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self._data.__dlpack_device__()
+
+    def _scalar(self, kind: str) -> Any:
+        if self._data.size != 1:
+            raise TypeError(
+                f"{kind}(): only one-element tensors convert to a Python scalar; "
+                f"this one has shape {self.shape}"
+            )
+        return self._data.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self._data.size} elements is ambiguous; "
+                "use .any() or .all()"
+            )
+        return bool(self._data.item())
+
+    def __index__(self) -> int:
+        if self._data.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
+
+    def __repr__(self) -> str:
+        body = np.array2string(
+            self.numpy(), separator=", ", prefix="tensor(", precision=4, threshold=200
+        )
+        extra = []
+        if self._data.dtype != default_float() and self._data.dtype.kind != "i":
+            extra.append(f"dtype={self.dtype}")
+        elif self._data.dtype.kind == "i" and self._data.dtype != np.int64:
+            extra.append(f"dtype={self.dtype}")
+        if self.device != "cpu":
+            extra.append(f"device='{self.device}'")
+        live = [t for t in self._tapes if t._recording]
+        if live:
+            extra.append(f"on {len(live)} tape" + ("s" if len(live) > 1 else ""))
+        return "tensor(" + body + "".join(", " + e for e in extra) + ")"
+
+    def __hash__(self) -> int:  # identity, like PyTorch: tensors key dicts by object
+        return id(self)
+
+    def __iter__(self) -> Any:
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    __array_ufunc__ = None  # numpy ufuncs defer to Tensor's reflected operators
+
+
+def _to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
+    """Turn Python data / arrays / tensors into a backend array (float32 for Python floats)."""
+    if isinstance(data, Tensor):
+        data = data._data
+    dev = B.normalize_device(device) if device is not None else None
+    if B.is_array(data):
+        arr = data
+        if dtype is not None:
+            arr = arr.astype(as_dtype(dtype), copy=False)
+    else:
+        if dtype is not None:
+            arr = np.asarray(data, dtype=as_dtype(dtype))
+        else:
+            arr = np.asarray(data)
+            if arr.dtype == np.float64 and not isinstance(data, np.generic):
+                arr = arr.astype(default_float())  # Python floats -> the default float
+            elif arr.dtype.kind == "f" and isinstance(data, np.generic):
+                pass
+            elif arr.dtype.kind in "US" or arr.dtype == object:
+                raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data")
+    if dev is not None and B.device_of(arr) != dev:
+        arr = B.to_device(arr, dev)
+    return arr
+
+
+def _wrap(data: Any) -> Tensor:
+    """Make a Tensor around an existing array without any checks (the hot path)."""
+    t = Tensor.__new__(Tensor)
+    t._data = data
+    t._tapes = ()
+    t._tid = None
+    t._version = 0
+    return t
+
+
+class Parameter(Tensor):
+    """A Tensor that trains: tapes opened with ``with tg.Tape()`` watch it automatically.
+
+    ``requires_grad=False`` freezes it (no tape watches it). ``name`` is its dotted path in
+    the module that owns it, set when the module registers it, so errors can name it.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(3))
+    >>> with tg.Tape() as tape:
+    ...     loss = (w * w).sum()
+    >>> tape.gradient(loss, w).tolist()
+    [2.0, 2.0, 2.0]
+    """
+
+    __slots__ = ("requires_grad", "name")
+    _is_param = True
+
+    def __init__(self, data: Any, requires_grad: bool = True, dtype: Any = None) -> None:
+        super().__init__(data, dtype=dtype)
+        if self._data.dtype.kind != "f":
+            raise TypeError(
+                f"Parameter: dtype {self.dtype} cannot train; parameters must be float "
+                "(pass dtype=tg.float32 or a float array)"
+            )
+        if isinstance(data, Tensor) and self._data is data._data:
+            self._data = self._data.copy()
+        self._tid = _next_tid()
+        self.requires_grad = requires_grad
+        self.name: str | None = None
+
+    def requires_grad_(self, flag: bool = True) -> Parameter:
+        self.requires_grad = flag
+        return self
+
+    def __repr__(self) -> str:
+        return "Parameter(" + Tensor.__repr__(self)[len("tensor(") :]
+
+
+def is_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor)

@@ -1,0 +1,6 @@
+"""Neural-network layers, PyTorch-shaped: the same names, arguments and parameter names."""
+
+from .._tensor import Parameter
+from ._module import Module
+
+__all__ = ["Module", "Parameter"]

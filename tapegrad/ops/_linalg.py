@@ -1,0 +1,189 @@
+"""Linear algebra: matmul (numpy's 1-D, batched and broadcast rules), einsum, outer, tensordot."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._backend import np
+from .._tape import apply, defprim
+from .._tensor import Tensor
+from ._common import as_tensor, operands
+from ._shape import expand_dims, reshape, swapaxes
+
+
+def _mT(x: Tensor) -> Tensor:
+    return swapaxes(x, -1, -2)
+
+
+def _matmul_vjp_x(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
+    if x.ndim == 1 and y.ndim == 1:
+        return g * y
+    if y.ndim == 1:
+        return expand_dims(g, -1) * y  # (..., n, 1) * (k,) -> (..., n, k)
+    if x.ndim == 1:
+        return reshape(matmul(expand_dims(g, -2), _mT(y)), (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],))
+    return matmul(g, _mT(y))
+
+
+def _matmul_vjp_y(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
+    if x.ndim == 1 and y.ndim == 1:
+        return g * x
+    if x.ndim == 1:
+        return expand_dims(x, -1) * expand_dims(g, -2)  # (k, 1) * (..., 1, m)
+    if y.ndim == 1:
+        return matmul(_mT(x), expand_dims(g, -1))[..., 0]  # (..., k)
+    return matmul(_mT(x), g)
+
+
+_matmul = defprim("matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1))
+
+
+def matmul(x: Any, y: Any) -> Tensor:
+    """Matrix product with numpy's rules (1-D operands, batch dimensions broadcast).
+
+    >>> import tapegrad as tg
+    >>> (tg.ones((2, 3)) @ tg.ones((3, 4))).shape
+    (2, 4)
+    """
+    x, y = operands(as_tensor(x), as_tensor(y))
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(
+            f"matmul: operands must have at least 1 dimension, got shapes {x.shape} and {y.shape}; "
+            "use * for scalars"
+        )
+    k1 = x.shape[-1]
+    k2 = y.shape[0] if y.ndim == 1 else y.shape[-2]
+    if k1 != k2:
+        raise ValueError(
+            f"matmul: {x.shape} @ {y.shape}: inner dimensions {k1} and {k2} differ "
+            f"(x's last axis must equal y's {'only' if y.ndim == 1 else 'second-to-last'} axis; "
+            "transpose one operand?)"
+        )
+    if x.ndim > 2 or y.ndim > 2:
+        try:
+            np.broadcast_shapes(x.shape[:-2], y.shape[:-2] if y.ndim > 1 else ())
+        except ValueError:
+            raise ValueError(
+                f"matmul: {x.shape} @ {y.shape}: batch dimensions {x.shape[:-2]} and "
+                f"{y.shape[:-2]} do not broadcast"
+            ) from None
+    return apply(_matmul, x, y)
+
+
+def outer(x: Any, y: Any) -> Tensor:
+    """Outer product of two 1-D tensors."""
+    x, y = as_tensor(x), as_tensor(y)
+    return reshape(x, (-1, 1)) * reshape(y, (1, -1))
+
+
+def _einsum_vjp(i: int) -> Any:
+    def vjp(g: Tensor, ans: Any, *ops: Tensor, subscripts: str) -> Tensor:
+        ins, out = subscripts.split("->")
+        terms = ins.split(",")
+        others = [t for j, t in enumerate(terms) if j != i]
+        target = terms[i]
+        # letters of input i that appear nowhere else were summed: broadcast them back
+        rest = set(out + "".join(others))
+        kept = "".join(c for c in target if c in rest)
+        r = einsum(",".join([out, *others]) + "->" + kept, g, *[o for j, o in enumerate(ops) if j != i])
+        if kept != target:
+            from ._shape import broadcast_to  # noqa: PLC0415
+
+            shape = ops[i].shape
+            exp = "".join(c if c in rest else "" for c in target)
+            r = reshape(r, tuple(shape[k] if target[k] in exp else 1 for k in range(len(target))))
+            r = broadcast_to(r, shape)
+        if len(set(target)) != len(target):  # a repeated letter (a diagonal): rebuild the diagonal
+            raise NotImplementedError(f"einsum: gradient of repeated subscripts in '{target}'")
+        return r
+
+    return vjp
+
+
+_EINSUM: dict[int, Any] = {}
+
+
+def _einsum_prim(n: int) -> Any:
+    p = _EINSUM.get(n)
+    if p is None:
+        p = defprim(
+            f"einsum{n}" if n != 2 else "einsum",
+            lambda *ops, subscripts: np.einsum(subscripts, *ops, optimize=len(ops) > 2),
+            tuple(_einsum_vjp(i) for i in range(n)),
+            tuple(range(n)),
+        )
+        _EINSUM[n] = p
+    return p
+
+
+def _explicit(subscripts: str, ops: list[Tensor]) -> str:
+    s = subscripts.replace(" ", "")
+    if "..." in s:
+        # name the ellipsis dimensions with unused capital letters
+        free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in s]
+        ins = s.split("->")[0].split(",")
+        nell = max(op.ndim - (len(t) - 3) for t, op in zip(ins, ops) if "..." in t)
+        ell = "".join(free[:nell])
+        new_ins = []
+        for t, op in zip(ins, ops):
+            if "..." in t:
+                k = op.ndim - (len(t) - 3)
+                t = t.replace("...", ell[nell - k :])
+            new_ins.append(t)
+        if "->" in s:
+            out = s.split("->")[1].replace("...", ell)
+        else:
+            out = ell + "".join(sorted(c for c in set("".join(new_ins)) if "".join(new_ins).count(c) == 1 and c not in ell))
+        return ",".join(new_ins) + "->" + out
+    if "->" not in s:
+        letters = "".join(s.split(","))
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        return s + "->" + out
+    return s
+
+
+def einsum(subscripts: str, *operands_: Any) -> Tensor:
+    """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
+
+    >>> import tapegrad as tg
+    >>> tg.einsum("ij,jk->ik", tg.ones((2, 3)), tg.ones((3, 4))).shape
+    (2, 4)
+    """
+    ops = [as_tensor(o) for o in operands_]
+    s = _explicit(subscripts, ops)
+    if not re.fullmatch(r"[A-Za-z]*(,[A-Za-z]*)*->[A-Za-z]*", s):
+        raise ValueError(f"einsum: cannot parse subscripts {subscripts!r}")
+    terms = s.split("->")[0].split(",")
+    if len(terms) != len(ops):
+        raise ValueError(f"einsum: {subscripts!r} names {len(terms)} operands, got {len(ops)}")
+    sizes: dict[str, int] = {}
+    for t, op in zip(terms, ops):
+        if len(t) != op.ndim:
+            raise ValueError(f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}")
+        for c, n in zip(t, op.shape):
+            if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
+                raise ValueError(f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}")
+    dt = np.result_type(*[o.dtype for o in ops])
+    ops = [o.astype(dt) for o in ops]
+    return apply(_einsum_prim(len(ops)), *ops, subscripts=s)
+
+
+def tensordot(x: Any, y: Any, axes: Any = 2) -> Tensor:
+    """numpy's tensordot, as an einsum."""
+    x, y = as_tensor(x), as_tensor(y)
+    if isinstance(axes, int):
+        ax, ay = list(range(x.ndim - axes, x.ndim)), list(range(axes))
+    else:
+        ax, ay = axes
+        ax = [ax] if isinstance(ax, int) else list(ax)
+        ay = [ay] if isinstance(ay, int) else list(ay)
+    ax = [a % x.ndim for a in ax]
+    ay = [a % y.ndim for a in ay]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    lx = [next(letters) for _ in range(x.ndim)]
+    ly = [next(letters) for _ in range(y.ndim)]
+    for a, b in zip(ax, ay):
+        ly[b] = lx[a]
+    out = [c for i, c in enumerate(lx) if i not in ax] + [c for i, c in enumerate(ly) if i not in ay]
+    return einsum("".join(lx) + "," + "".join(ly) + "->" + "".join(out), x, y)
