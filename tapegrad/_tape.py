@@ -744,6 +744,9 @@ def trace(x: Tensor, tape: Tape) -> Tensor:
     if isinstance(x, Parameter):
         tape.watch(x)
         return x
-    t = _wrap(x._data)
+    t = apply(_IDENTITY, x)  # recorded on x's own tapes, so traces nest (higher order)
     tape.watch(t)
     return t
+
+
+_IDENTITY = defprim("identity", lambda x: x, lambda g, ans, x: g)
