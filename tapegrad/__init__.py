@@ -9,7 +9,8 @@
 """
 
 from . import _methods  # noqa: F401  (binds Tensor's operators)
-from . import nn, testing
+from . import data, nn, optim, testing
+from ._io import load, save
 from ._creation import (
     Generator,
     arange,

@@ -1,0 +1,1 @@
+"""Functional forms of the layers and losses, with PyTorch's names and arguments."""

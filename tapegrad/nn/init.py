@@ -1,0 +1,1 @@
+"""Parameter initialisation (in place, PyTorch's names)."""

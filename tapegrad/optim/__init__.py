@@ -1,0 +1,1 @@
+"""Optimizers over ``model.parameters()`` with ``step(grads)``; numerics equal to torch.optim."""
