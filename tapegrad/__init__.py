@@ -10,7 +10,7 @@
 
 from . import _methods  # noqa: F401  (binds Tensor's operators)
 from . import data, nn, optim, testing
-from ._io import load, save
+from ._io import load, load_checkpoint, save, save_checkpoint
 from ._creation import (
     Generator,
     arange,

@@ -11,9 +11,17 @@ from ._tensor import Tensor, _to_array, _wrap
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
+    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3)."""
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
+    out = tuple(int(s) for s in shape)
+    if any(s < 0 for s in out):
+        raise ValueError(f"negative dimension in shape {out}")
+    return out
+
+
+def _size(size: Any) -> tuple[int, ...]:
+    return _shape((size,))
 
 
 def _on(a: Any, device: Any) -> Tensor:
@@ -52,25 +60,43 @@ def from_dlpack(x: Any) -> Tensor:
 
 
 def zeros(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of zeros (the default float unless ``dtype``).
+
+    >>> import tapegrad as tg
+    >>> tg.zeros(2, 3).shape, tg.zeros((2,), dtype=tg.int64).tolist()
+    ((2, 3), [0, 0])
+    """
     return _on(np.zeros(_shape(shape), dtype=as_dtype(dtype)), device)
 
 
 def ones(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of ones (the default float unless ``dtype``)."""
     return _on(np.ones(_shape(shape), dtype=as_dtype(dtype)), device)
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor whose values are not initialised (fill it before reading)."""
     return _on(np.empty(_shape(shape), dtype=as_dtype(dtype)), device)
 
 
+def _fill_dtype(fill_value: Any) -> Any:
+    if isinstance(fill_value, (bool, np.bool_)):
+        return np.bool_
+    if isinstance(fill_value, (int, np.integer)):
+        return np.int64
+    return default_float()
+
+
 def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    if dtype is None:
-        dtype = (
-            np.bool_ if isinstance(fill_value, bool)
-            else np.int64 if isinstance(fill_value, int) else default_float()
-        )  # fmt: skip
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _on(np.full(shape, fill_value, dtype=as_dtype(dtype)), device)
+    """A tensor filled with ``fill_value``; its dtype follows the value (bool, int64 or the
+    default float) unless ``dtype``.
+
+    >>> import tapegrad as tg
+    >>> tg.full((2,), 7).tolist(), tg.full(2, 0.5).dtype
+    ([7, 7], dtype('float32'))
+    """
+    dtype = as_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
+    return _on(np.full(_size(shape), fill_value, dtype=dtype), device)
 
 
 def _like(x: Any, f: Any, dtype: Any, device: Any) -> Tensor:
@@ -80,35 +106,67 @@ def _like(x: Any, f: Any, dtype: Any, device: Any) -> Tensor:
 
 
 def zeros_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """Zeros of ``x``'s shape, dtype and device (unless given); on no tape."""
     return _like(x, lambda s, d: np.zeros(s, dtype=d), dtype, device)
 
 
 def ones_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """Ones of ``x``'s shape, dtype and device (unless given); on no tape."""
     return _like(x, lambda s, d: np.ones(s, dtype=d), dtype, device)
 
 
 def empty_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """An uninitialised tensor of ``x``'s shape, dtype and device (unless given)."""
     return _like(x, lambda s, d: np.empty(s, dtype=d), dtype, device)
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """``fill_value`` in ``x``'s shape, dtype and device (unless given)."""
     return _like(x, lambda s, d: np.full(s, fill_value, dtype=d), dtype, device)
 
 
-def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
-    """Evenly spaced values in ``[start, stop)``; int64 for ints, float32 for floats."""
+def arange(
+    start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None
+) -> Tensor:
+    """Evenly spaced values in ``[start, stop)``: int64 for integer arguments, else the default
+    float (computed in float64 and then cast, so the length and values match PyTorch).
+
+    >>> import tapegrad as tg
+    >>> tg.arange(3).tolist(), tg.arange(0, 1, 0.25).tolist()
+    ([0, 1, 2], [0.0, 0.25, 0.5, 0.75])
+    """
     if stop is None:
         start, stop = 0, start
-    if dtype is None:
-        dtype = np.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else default_float()
-    return _on(np.arange(start, stop, step, dtype=as_dtype(dtype)), device)
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+    d = as_dtype(dtype) if dtype is not None else (np.dtype(np.int64) if ints else default_float())
+    a = np.arange(start, stop, step, dtype=np.int64 if ints else np.float64)
+    return _on(a.astype(d, copy=False), device)
 
 
-def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None, device: Any = None) -> Tensor:
-    return _on(np.linspace(start, stop, num, endpoint=endpoint, dtype=as_dtype(dtype)), device)
+def linspace(
+    start: float,
+    stop: float,
+    num: int = 50,
+    endpoint: bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop`` (included unless ``endpoint``
+    is False), in the default float unless ``dtype``.
+
+    >>> import tapegrad as tg
+    >>> tg.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    a = np.linspace(start, stop, num, endpoint=endpoint)
+    return _on(a.astype(as_dtype(dtype), copy=False), device)
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
+    """An ``n x m`` matrix with ones on diagonal ``k`` (0: the main one)."""
     return _on(np.eye(n, m, k, dtype=as_dtype(dtype)), device)
 
 
@@ -126,6 +184,7 @@ class Generator:
         self._rng = np.random.Generator(np.random.PCG64(seed))
 
     def manual_seed(self, seed: int) -> Generator:
+        """Restart the stream from ``seed``; returns the generator."""
         self._rng = np.random.Generator(np.random.PCG64(seed))
         return self
 
@@ -138,6 +197,7 @@ class Generator:
 
     @property
     def rng(self) -> Any:
+        """The underlying ``numpy.random.Generator``."""
         return self._rng
 
 
@@ -145,11 +205,18 @@ _default_generator = Generator(0)
 
 
 def default_generator() -> Generator:
+    """The global Generator that random functions use when no ``generator=`` is passed."""
     return _default_generator
 
 
 def manual_seed(seed: int) -> Generator:
-    """Seed the global random stream used when no ``generator=`` is passed."""
+    """Seed the global random stream used when no ``generator=`` is passed.
+
+    >>> import tapegrad as tg
+    >>> a = tg.manual_seed(3) and tg.rand(2); b = tg.manual_seed(3) and tg.rand(2)
+    >>> a.tolist() == b.tolist()
+    True
+    """
     return _default_generator.manual_seed(seed)
 
 
@@ -164,48 +231,139 @@ def _fdtype(dtype: Any) -> np.dtype:
     return d
 
 
-def randn(*shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
-    """Standard normal samples."""
+def _float_out(a: Any, d: np.dtype, device: Any) -> Tensor:
+    return _on(a.astype(d, copy=False), device)
+
+
+def randn(
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Standard normal samples of ``shape`` (the default float unless ``dtype``).
+
+    >>> import tapegrad as tg
+    >>> tg.randn(2, 3).shape
+    (2, 3)
+    """
     d = _fdtype(dtype)
-    return _on(_rng(generator).standard_normal(_shape(shape), dtype=d if d != np.float16 else np.float32).astype(d, copy=False), device)
+    return _float_out(_rng(generator).standard_normal(_shape(shape)), d, device)
 
 
-def rand(*shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
-    """Uniform samples in [0, 1)."""
+def rand(
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Uniform samples in [0, 1) of ``shape``."""
     d = _fdtype(dtype)
-    return _on(_rng(generator).random(_shape(shape), dtype=np.float64).astype(d), device)
+    return _float_out(_rng(generator).random(_shape(shape)), d, device)
 
 
-def normal(mean: float = 0.0, std: float = 1.0, size: Any = (), dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
+def _params(*values: Any) -> tuple[list[Any], tuple[int, ...]]:
+    """Distribution parameters as floats or float64 arrays, and their broadcast shape."""
+    out = [
+        np.asarray(B.to_device(v._data, "cpu") if isinstance(v, Tensor) else v, np.float64)
+        for v in values
+    ]
+    return out, np.broadcast_shapes(*(a.shape for a in out))
+
+
+def normal(
+    mean: Any = 0.0,
+    std: Any = 1.0,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    generator: Generator | None = None,
+) -> Tensor:
+    """Normal samples; ``mean`` and ``std`` may be tensors (the shape is theirs, broadcast,
+    unless ``size``).
+
+    >>> import tapegrad as tg
+    >>> tg.normal(2.0, 0.5, (3,)).shape, tg.normal(tg.zeros(2), tg.ones(2)).shape
+    ((3,), (2,))
+    """
     d = _fdtype(dtype)
-    size = (size,) if isinstance(size, int) else tuple(size)
-    return _on(_rng(generator).normal(mean, std, size).astype(d), device)
+    (m, s), shape = _params(mean, std)
+    if (s < 0).any():
+        raise ValueError(f"normal: std must be >= 0, got {std}")
+    size = shape if size is None else _size(size)
+    return _float_out(_rng(generator).normal(m, s, size), d, device)
 
 
-def uniform(low: float = 0.0, high: float = 1.0, size: Any = (), dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
+def uniform(
+    low: Any = 0.0,
+    high: Any = 1.0,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    generator: Generator | None = None,
+) -> Tensor:
+    """Uniform samples in ``[low, high)``; the bounds may be tensors."""
     d = _fdtype(dtype)
-    size = (size,) if isinstance(size, int) else tuple(size)
-    return _on(_rng(generator).uniform(low, high, size).astype(d), device)
+    (lo, hi), shape = _params(low, high)
+    size = shape if size is None else _size(size)
+    return _float_out(_rng(generator).uniform(lo, hi, size), d, device)
 
 
-def randint(low: int, high: int | None = None, size: Any = (), dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
-    """Integers in ``[low, high)`` (int64 unless ``dtype``)."""
-    if high is None:
+def randint(
+    low: int,
+    high: Any = None,
+    size: Any = (),
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    generator: Generator | None = None,
+) -> Tensor:
+    """Integers in ``[low, high)`` (int64 unless ``dtype``). ``randint(high, size)`` works as
+    in PyTorch.
+
+    >>> import tapegrad as tg
+    >>> tg.randint(0, 10, (2, 3)).shape, tg.randint(5, (4,)).shape
+    ((2, 3), (4,))
+    """
+    if isinstance(high, (tuple, list)):  # torch.randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
-    size = (size,) if isinstance(size, int) else tuple(size)
-    return _on(_rng(generator).integers(low, high, size, dtype=as_dtype(dtype or np.int64)), device)
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+    d = as_dtype(dtype) if dtype is not None else np.dtype(np.int64)
+    return _on(_rng(generator).integers(low, high, _size(size)).astype(d, copy=False), device)
 
 
-def bernoulli(p: Any, size: Any = None, dtype: Any = None, device: Any = None, generator: Generator | None = None) -> Tensor:
-    """1 with probability ``p`` (a float or a tensor of probabilities), else 0."""
-    pa = p._data if isinstance(p, Tensor) else np.asarray(p, dtype=np.float64)
-    if size is None:
-        size = np.shape(pa)
-    size = (size,) if isinstance(size, int) else tuple(size)
-    d = as_dtype(dtype) if dtype is not None else (pa.dtype if getattr(pa, "dtype", None) is not None and pa.dtype.kind == "f" and isinstance(p, Tensor) else default_float())
-    return _on((_rng(generator).random(size) < B.to_device(pa, "cpu")).astype(d), device)
+def bernoulli(
+    p: Any,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    generator: Generator | None = None,
+) -> Tensor:
+    """1 with probability ``p`` (a float or a tensor of probabilities), else 0; the dtype of a
+    float tensor ``p``, else the default float.
+
+    >>> import tapegrad as tg
+    >>> tg.bernoulli(tg.tensor([0.0, 1.0])).tolist()
+    [0.0, 1.0]
+    """
+    (pa,), shape = _params(p)
+    if ((pa < 0) | (pa > 1)).any():
+        raise ValueError("bernoulli: probabilities must lie in [0, 1]")
+    size = shape if size is None else _size(size)
+    if dtype is not None:
+        d = as_dtype(dtype)
+    elif isinstance(p, Tensor) and p.dtype.kind == "f":
+        d = p.dtype
+    else:
+        d = default_float()
+    return _on((_rng(generator).random(size) < pa).astype(d), device)
 
 
 def permutation(n: int, device: Any = None, generator: Generator | None = None) -> Tensor:
-    """A random permutation of ``range(n)`` (int64)."""
+    """A random permutation of ``range(n)`` (int64).
+
+    >>> import tapegrad as tg
+    >>> sorted(tg.permutation(4).tolist())
+    [0, 1, 2, 3]
+    """
     return _on(_rng(generator).permutation(n).astype(np.int64), device)

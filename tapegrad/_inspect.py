@@ -1,47 +1,99 @@
-"""Looking at a tape: a table of its ops, a graphviz picture, and why a gradient is missing."""
+"""Looking at a tape: a table of its ops, a graphviz picture, and why a gradient is missing.
+
+These read the record without changing it; they are what ``Tape.summary``, ``Tape.to_dot`` and
+``Tape.explain`` call.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from ._tape import _input_tid, _saved_bytes
 
 if TYPE_CHECKING:
     from ._tape import Tape
     from ._tensor import Tensor
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _leaf_name(t: Any) -> str:
+    name = getattr(t, "name", None)
+    return name if name else ("parameter" if getattr(t, "_is_param", False) else "input")
 
 
 def summary(tape: Tape) -> str:
-    """One line per recorded op: index, op, output shape, dtype, bytes saved, module path."""
+    """One line per recorded op: index, op, output shape, dtype, bytes saved, module path.
+
+    The footer counts the ops, the leaves and the bytes the record holds for backward (an array
+    saved by several ops counts once).
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(3))
+    >>> with tg.Tape() as tape:
+    ...     loss = (w * 2.0).sum()
+    >>> print(tape.summary())
+    #  op   output  dtype    saved  module
+    --------------------------------------
+    0  mul  (3,)    float32  12 B
+    1  sum  ()      float32  0 B
+    2 ops, 1 leaf, 12 B held for backward
+    """
     nodes = tape.nodes
     rows = [("#", "op", "output", "dtype", "saved", "module")]
-    total = 0
     for i, n in enumerate(nodes):
-        b = n.saved_bytes()
-        total += b
-        rows.append((str(i), n.prim.name, str(n.out_shape), str(n.out_dtype), _fmt_bytes(b), n.scope or ""))
+        rows.append(
+            (
+                str(i),
+                n.prim.name,
+                str(tuple(n.out_shape)),
+                str(n.out_dtype),
+                _fmt_bytes(n.saved_bytes()),
+                n.scope or "",
+            )
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(6)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    lines.append(f"{len(nodes)} ops, {len(tape._leaves)} leaves, {_fmt_bytes(total)} held for backward")
+    nleaves = len(tape._scan()[1])
+    held = _saved_bytes((r for r in tape._nodes if r is not None), set())
+    lines.append(
+        f"{len(nodes)} op{'s' if len(nodes) != 1 else ''}, {nleaves} "
+        f"lea{'ves' if nleaves != 1 else 'f'}, {_fmt_bytes(held)} held for backward"
+        + (" (released)" if tape.released else "")
+    )
     return "\n".join(lines)
 
 
-def _leaf_label(t: Any) -> str:
-    name = getattr(t, "name", None)
-    return f"{name}\\n{tuple(t.shape)}" if name else f"input\\n{tuple(t.shape)}"
+def _quote(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def to_dot(tape: Tape) -> str:
-    """Graphviz DOT source of the DAG: parameters labelled by their dotted module path, ops
-    grouped into one cluster per module."""
+    """Graphviz DOT source of the recorded DAG.
+
+    Ops are boxes (name and output shape), grouped in one dashed cluster per module path;
+    leaves are ellipses, parameters labelled by their dotted module path; an edge goes from
+    each input on this tape to the op that used it. Render it with graphviz
+    (``dot -Tsvg``) or ``graphviz.Source(tape.to_dot())``.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> w.name = "layer.weight"
+    >>> with tg.Tape() as tape:
+    ...     y = (w * w).sum()
+    >>> dot = tape.to_dot()
+    >>> "layer.weight" in dot and dot.count("->") == 3
+    True
+    """
     nodes = tape.nodes
+    info, leaves = tape._scan()
     lines = [
         "digraph tape {",
         '  rankdir=TB; node [fontname="Helvetica", fontsize=10]; edge [color="#555555"];',
@@ -49,61 +101,92 @@ def to_dot(tape: Tape) -> str:
     producers = {n.out_tid: i for i, n in enumerate(nodes)}
     clusters: dict[str, list[str]] = {}
     for i, n in enumerate(nodes):
-        label = f"{n.prim.name}\\n{tuple(n.out_shape)}"
+        label = _quote(f"{n.prim.name}\n{tuple(n.out_shape)}").replace("\n", "\\n")
         clusters.setdefault(n.scope or "", []).append(
             f'op{i} [label="{label}", shape=box, style="rounded,filled", fillcolor="#dbe9f6"];'
         )
     for k, (scope, items) in enumerate(clusters.items()):
         if scope:
-            lines.append(f'  subgraph cluster_{k} {{ label="{scope}"; style=dashed; color="#999999";')
+            lines.append(
+                f'  subgraph cluster_{k} {{ label="{_quote(scope)}"; style=dashed; color="#999999";'
+            )
             lines += ["    " + s for s in items]
             lines.append("  }")
         else:
             lines += ["  " + s for s in items]
-    for tid, t in tape._leaves.items():
+    for tid, t in leaves.items():
         color = "#f9e3c3" if getattr(t, "_is_param", False) else "#e2f0d9"
-        lines.append(f'  leaf{tid} [label="{_leaf_label(t)}", shape=ellipse, style=filled, fillcolor="{color}"];')
+        label = _quote(f"{_leaf_name(t)}\n{tuple(t.shape)}").replace("\n", "\\n")
+        lines.append(
+            f'  leaf{tid} [label="{label}", shape=ellipse, style=filled, fillcolor="{color}"];'
+        )
     for i, n in enumerate(nodes):
-        for m in n.inputs:
-            if m is None:
+        for e in n[1]:
+            if e is None:
                 continue
-            tid = m[0]
-            if tid in producers:
+            tid = _input_tid(e)
+            if tid in producers and producers[tid] < i:
                 lines.append(f"  op{producers[tid]} -> op{i};")
-            elif tid in tape._leaves:
+            elif tid in leaves:
                 lines.append(f"  leaf{tid} -> op{i};")
     lines.append("}")
     return "\n".join(lines)
 
 
 def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
-    """The chain of ops from ``source`` to ``target`` on this tape, or why there is none."""
+    """The chain of ops from ``source`` to ``target`` on this tape, or why there is none.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> w.name = "w"
+    >>> with tg.Tape(persistent=True) as tape:
+    ...     loss = tg.tanh(w * 3.0).sum()
+    >>> tape.explain(loss, w)
+    'w (2,) -> mul (2,) -> tanh (2,) -> sum ()'
+    """
+    if tape.released:
+        return (
+            "no path: the tape was released (a non-persistent tape frees its record in its "
+            "first gradient() call); record with tg.Tape(persistent=True) to inspect it after"
+        )
     if source.dtype.kind not in "fc":
-        return f"no path: the source has integer dtype {source.dtype}; integer tensors carry no gradient"
-    on_tape = source._tid is not None and (source._tid in tape._leaves or any(
-        n.out_tid == source._tid for n in tape.nodes))
-    if not on_tape:
-        if getattr(source, "_is_param", False) and not source.requires_grad:  # type: ignore[attr-defined]
-            return "no path: the source is a frozen parameter (requires_grad=False)"
+        return (
+            f"no path: the source has dtype {source.dtype}; integer and bool tensors carry no "
+            "gradient (an embedding's gradient goes to its float table, not to the indices)"
+        )
+    info, leaves = tape._scan()
+    if source._tid is None or source._tid not in info:
+        if getattr(source, "_is_param", False):
+            if not source.requires_grad:  # type: ignore[attr-defined]
+                return "no path: the source is a frozen parameter (requires_grad=False)"
+            if not tape.watch_parameters:
+                return (
+                    "no path: the tape was opened with watch_parameters=False and never watched "
+                    "this parameter (tape.watch(param) or tape.watch(module))"
+                )
+            return (
+                "no path: the parameter never met this tape: it was not used while the tape "
+                "recorded, or only by ops whose inputs were on no open tape (in dfdx style, "
+                "trace that branch's input with x.trace(tape))"
+            )
         return (
             "no path: the source is not on this tape: it was never watched and no recorded op "
-            "produced it (watch it with tape.watch(x), trace it with x.trace(tape), or, for a "
-            "parameter, use it inside `with tg.Tape()`; a tensor made from .numpy() or detach() "
-            "or inside no_grad() has left every tape)"
+            "produced it (watch it with tape.watch(x) or trace it with x.trace(tape); a tensor "
+            "made with .numpy(), detach() or inside tg.no_grad() has left every tape)"
         )
-    if target._tid is None or tape not in target._tapes:
+    if target._tid is None or target._tid not in info:
         return (
-            "no path: the target is not on this tape: it was computed only from tensors on no open "
-            "tape, or left the tape through .numpy(), detach()/stop_gradient or no_grad()"
+            "no path: the target is not on this tape: it was computed only from tensors on no "
+            "open tape, or left the tape through .numpy(), detach()/stop_gradient or no_grad()"
         )
     nodes = tape.nodes
-    parent: dict[int, tuple[int, int]] = {}  # tid -> (node index, input tid)
+    parent: dict[int, tuple[int, int]] = {}  # tid -> (node index, the input tid it came from)
     reach = {source._tid}
     for i, n in enumerate(nodes):
-        for m in n.inputs:
-            if m is not None and m[0] in reach:
+        for e in n[1]:
+            if e is not None and _input_tid(e) in reach:
                 reach.add(n.out_tid)
-                parent.setdefault(n.out_tid, (i, m[0]))
+                parent.setdefault(n.out_tid, (i, _input_tid(e)))
                 break
     if target._tid not in reach:
         return (
@@ -116,7 +199,7 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
     while tid != source._tid:
         i, prev = parent[tid]
         n = nodes[i]
-        steps.append(f"{n.prim.name}{tuple(n.out_shape)}" + (f" in {n.scope}" if n.scope else ""))
+        steps.append(f"{n.prim.name} {tuple(n.out_shape)}" + (f" in {n.scope}" if n.scope else ""))
         tid = prev
-    name = getattr(source, "name", None) or f"source{tuple(source.shape)}"
-    return " -> ".join([name, *reversed(steps)])
+    name = getattr(source, "name", None) or "source"
+    return " -> ".join([f"{name} {tuple(source.shape)}", *reversed(steps)])

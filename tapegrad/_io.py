@@ -1,9 +1,380 @@
-"""Checkpoints: tg.save / tg.load (safetensors for tensors, JSON metadata for the rest)."""
+"""Checkpoints: ``tg.save`` / ``tg.load`` (safetensors for tensors, JSON metadata for the rest).
+
+The file is a plain safetensors file, readable by ``safetensors.torch.load_file`` and every
+other safetensors reader. Tensors are stored under keys made of their path in the saved object
+joined by ``/`` (a flat ``state_dict`` keeps its own keys, so it loads into PyTorch as is;
+``{"model": sd}`` stores ``model/encoder.weight``). Everything else (nested dicts, lists,
+tuples, numbers, strings, bools, None) goes, as JSON, into the header's ``__metadata__`` under
+``"tapegrad"``, together with a CRC32 of every tensor so corruption is caught on load.
+Nothing is ever pickled or unpickled: a file holds data, never code.
+
+Writes are atomic: the file is written under a temporary name in the same directory, flushed
+and fsynced, then renamed over the target (and the directory fsynced), so a crash or a killed
+process leaves either the old file or the new one, never a torn one.
+
+A training checkpoint is a dict ``{"model", "optimizer", "scheduler", "step", "rng",
+"config"}`` (``save_checkpoint`` / ``load_checkpoint`` build and apply it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import zlib
+from typing import Any
+
+from . import _backend as B
+from ._backend import np
+from ._tensor import Tensor, _wrap
+
+__all__ = ["load", "load_checkpoint", "save", "save_checkpoint"]
+
+_FORMAT_VERSION = 1
+_META_KEY = "tapegrad"
+# header markers; plain JSON dicts whose keys start with "__" are escaped as "__dict__"
+_T, _A, _TUP, _DICT = "__tensor__", "__array__", "__tuple__", "__dict__"
 
 
-def save(obj, path):  # type: ignore[no-untyped-def]
-    raise NotImplementedError("tg.save")
+# --------------------------------------------------------------------------------------------
+# encoding: object tree -> (JSON tree, {key: array})
+# --------------------------------------------------------------------------------------------
 
 
-def load(path):  # type: ignore[no-untyped-def]
-    raise NotImplementedError("tg.load")
+class _Encoder:
+    def __init__(self) -> None:
+        self.arrays: dict[str, Any] = {}
+        self.crcs: dict[str, int] = {}
+
+    def key(self, path: tuple[str, ...]) -> str:
+        base = "/".join(path) if path else "tensor"
+        k, n = base, 1
+        while k in self.arrays:  # two paths that join to the same string
+            k, n = f"{base}#{n}", n + 1
+        return k
+
+    def put(self, path: tuple[str, ...], arr: Any, marker: str) -> dict[str, str]:
+        arr = np.asarray(B.to_device(arr, "cpu"), order="C")  # (ascontiguousarray makes 0-d 1-d)
+        if arr.dtype.kind not in "biuf" or arr.dtype.byteorder == ">":
+            arr = _storable(arr, path)
+        k = self.key(path)
+        self.arrays[k] = arr
+        self.crcs[k] = zlib.crc32(arr.reshape(-1).view(np.uint8)) if arr.size else 0
+        return {marker: k}
+
+    def encode(self, obj: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(obj, Tensor):
+            return self.put(path, obj._data, _T)
+        if B.is_array(obj):
+            return self.put(path, obj, _A)
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, (int, float)):
+            return obj
+        if isinstance(obj, np.generic):
+            if obj.dtype.kind in "biuf":
+                return obj.item()
+            raise TypeError(_cannot(obj, path))
+        if isinstance(obj, tuple):
+            return {_TUP: [self.encode(v, (*path, str(i))) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, (*path, str(i))) for i, v in enumerate(obj)]
+        if isinstance(obj, dict):
+            plain = all(isinstance(k, str) and not k.startswith("__") for k in obj)
+            if plain:
+                return {k: self.encode(v, (*path, k)) for k, v in obj.items()}
+            items = []
+            for k, v in obj.items():
+                if not (k is None or isinstance(k, (str, int, float, bool, tuple))):
+                    raise TypeError(
+                        f"tg.save: dict key {k!r} at '{'/'.join(path)}' is a "
+                        f"{type(k).__name__}; keys must be str, int, float, bool, None or tuples"
+                    )
+                items.append([self.encode(k, (*path, "key")), self.encode(v, (*path, str(k)))])
+            return {_DICT: items}
+        raise TypeError(_cannot(obj, path))
+
+
+def _storable(arr: Any, path: tuple[str, ...]) -> Any:
+    if arr.dtype.kind in "biuf":  # big-endian: store little-endian
+        return arr.astype(arr.dtype.newbyteorder("<"))
+    raise TypeError(
+        f"tg.save: the array at '{'/'.join(path)}' has dtype {arr.dtype}; safetensors stores "
+        "bool, integer and float arrays only"
+    )
+
+
+def _cannot(obj: Any, path: tuple[str, ...]) -> str:
+    where = "/".join(path) or "the top level"
+    hint = ""
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        hint = f" Save its state instead: obj.state_dict() (a {type(obj).__name__} is code, not data)."
+    return (
+        f"tg.save: cannot store a {type(obj).__name__} at '{where}'. A checkpoint holds tensors, "
+        "numpy arrays and JSON data (dicts, lists, tuples, numbers, strings, bools, None); "
+        f"nothing is pickled.{hint}"
+    )
+
+
+def _decode(node: Any, arrays: dict[str, Any], path: str) -> Any:
+    if isinstance(node, list):
+        return [_decode(v, arrays, path) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        (k, v), = node.items()
+        if k == _T:
+            return _wrap(_take(arrays, v, path))
+        if k == _A:
+            return _take(arrays, v, path)
+        if k == _TUP:
+            return tuple(_decode(x, arrays, path) for x in v)
+        if k == _DICT:
+            return {_hashable(_decode(a, arrays, path)): _decode(b, arrays, path) for a, b in v}
+    return {k: _decode(v, arrays, path) for k, v in node.items()}
+
+
+def _hashable(k: Any) -> Any:
+    return tuple(_hashable(x) for x in k) if isinstance(k, (list, tuple)) else k
+
+
+def _take(arrays: dict[str, Any], key: str, path: str) -> Any:
+    try:
+        return arrays[key]
+    except KeyError:
+        raise ValueError(
+            f"tg.load: '{path}' is corrupt: its metadata refers to tensor '{key}', which the "
+            "file does not hold"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# save / load
+# --------------------------------------------------------------------------------------------
+
+
+def save(obj: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``obj`` to ``path`` as a safetensors file, atomically.
+
+    ``obj`` is a tensor, a numpy array, or nested dicts/lists/tuples of tensors, numpy arrays,
+    numbers, strings, bools and None (e.g. ``model.state_dict()`` or a training checkpoint).
+    ``tg.load`` returns the same structure (tensors as Tensors, numpy arrays as numpy arrays).
+
+    >>> import os, tempfile, tapegrad as tg
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+    >>> tg.save({"w": tg.ones(2), "step": 3, "betas": (0.9, 0.999)}, path)
+    >>> ck = tg.load(path)
+    >>> ck["w"].tolist(), ck["step"], ck["betas"]
+    ([1.0, 1.0], 3, (0.9, 0.999))
+    """
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    enc = _Encoder()
+    tree = enc.encode(obj, ())
+    meta = json.dumps(
+        {"version": _FORMAT_VERSION, "tree": tree, "crc32": enc.crcs},
+        separators=(",", ":"),
+        allow_nan=True,
+    )
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(
+        directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )
+    try:
+        save_file(enc.arrays, tmp, metadata={_META_KEY: meta})
+        with open(tmp, "rb+") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make the rename itself durable (POSIX; directories cannot be opened on Windows)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sniff(path: str) -> str:
+    """A hint about what a file that is not safetensors might be."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return ""
+    if head.startswith(b"PK\x03\x04"):
+        return (
+            " It looks like a PyTorch torch.save file (a zip of pickles); tapegrad never unpickles. "
+            "In PyTorch, convert it with safetensors.torch.save_file(torch.load(p), out)."
+        )
+    if head[:1] == b"\x80":
+        return " It looks like a Python pickle; tapegrad never unpickles."
+    if len(head) < 8:
+        return f" It is only {len(head)} bytes long."
+    return ""
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read a file written by ``tg.save`` (or any safetensors file).
+
+    A tapegrad file gives back the saved structure; a foreign safetensors file (e.g. from
+    ``safetensors.torch.save_file(model.state_dict(), path)``) gives a dict of Tensors.
+    A truncated, corrupt or non-safetensors file raises ``ValueError`` naming the file.
+    """
+    from safetensors import safe_open  # noqa: PLC0415
+
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"tg.load: no such file: '{p}'")
+    try:
+        with safe_open(p, framework="numpy") as f:
+            meta = f.metadata() or {}
+            arrays = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:
+        raise ValueError(
+            f"tg.load: '{p}' is not a readable safetensors file ({type(e).__name__}: {e}); it "
+            f"may be truncated, corrupt or in another format.{_sniff(p)}"
+        ) from None
+    arrays = {k: (a if a.flags.writeable else a.copy()) for k, a in arrays.items()}
+    raw = meta.get(_META_KEY)
+    if raw is None:  # a foreign safetensors file: its tensors by name
+        return {k: _wrap(a) for k, a in arrays.items()}
+    try:
+        header = json.loads(raw)
+        tree, crcs = header["tree"], header["crc32"]
+        version = header["version"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tg.load: '{p}' is corrupt: its tapegrad metadata does not parse ({e})") from None
+    if version > _FORMAT_VERSION:
+        raise ValueError(
+            f"tg.load: '{p}' was written in checkpoint format {version}; this tapegrad reads up to "
+            f"{_FORMAT_VERSION}. Upgrade tapegrad."
+        )
+    for k, a in arrays.items():
+        want = crcs.get(k)
+        got = zlib.crc32(a.reshape(-1).view(np.uint8)) if a.size else 0
+        if want is not None and want != got:
+            raise ValueError(
+                f"tg.load: '{p}' is corrupt: the data of tensor '{k}' fails its checksum "
+                f"(crc32 {got:#010x}, expected {want:#010x})"
+            )
+    return _decode(tree, arrays, p)
+
+
+# --------------------------------------------------------------------------------------------
+# training checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every random stream a training run draws from (tapegrad, numpy, Python)."""
+    from ._creation import default_generator  # noqa: PLC0415
+
+    return {
+        "tapegrad": default_generator().get_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state()`` returned (after a save/load round trip too)."""
+    from ._creation import default_generator  # noqa: PLC0415
+
+    if "tapegrad" in state:
+        default_generator().set_state(state["tapegrad"])
+    if "numpy" in state:
+        s = state["numpy"]
+        np.random.set_state(tuple(s) if isinstance(s, list) else s)
+    if "python" in state:
+        s = state["python"]
+        random.setstate((s[0], tuple(s[1]), s[2]))
+
+
+def _state_of(x: Any) -> Any:
+    return x.state_dict() if hasattr(x, "state_dict") and callable(x.state_dict) else x
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: Any,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    *,
+    step: int = 0,
+    config: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Save ``{"model", "optimizer", "scheduler", "step", "rng", "config", **extra}`` atomically.
+
+    Objects with a ``state_dict()`` (model, optimizer, scheduler, and extras such as a
+    DataLoader or a ModelEMA) are saved through it; ``rng`` holds the tapegrad, numpy and
+    Python random states. Returns the dict that was saved.
+
+    >>> import os, tempfile, tapegrad as tg
+    >>> class M(tg.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w = tg.Parameter(tg.ones(2))
+    >>> model = M(); opt = tg.optim.Adam(model.parameters())
+    >>> path = os.path.join(tempfile.mkdtemp(), "run.safetensors")
+    >>> _ = tg.save_checkpoint(path, model, opt, step=10, config={"lr": 1e-3})
+    >>> tg.load_checkpoint(path, model, opt)["step"]
+    10
+    """
+    ck: dict[str, Any] = {
+        "model": _state_of(model),
+        "optimizer": None if optimizer is None else _state_of(optimizer),
+        "scheduler": None if scheduler is None else _state_of(scheduler),
+        "step": step,
+        "rng": rng_state(),
+        "config": config,
+    }
+    for k, v in extra.items():
+        ck[k] = _state_of(v)
+    save(ck, path)
+    return ck
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    model: Any = None,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    *,
+    restore_rng: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Load a checkpoint, restore it into the objects given, and return the dict.
+
+    Each object given (model, optimizer, scheduler, and extras by their key, such as
+    ``loader=train_loader``) gets ``load_state_dict`` of its entry; with ``restore_rng`` the
+    random streams continue where the saved run was.
+    """
+    ck = load(path)
+    if not isinstance(ck, dict) or "model" not in ck:
+        raise ValueError(
+            f"load_checkpoint: '{os.fspath(path)}' is not a training checkpoint (no 'model' entry); "
+            "read it with tg.load"
+        )
+    targets = {"model": model, "optimizer": optimizer, "scheduler": scheduler, **extra}
+    for key, obj in targets.items():
+        if obj is None:
+            continue
+        if ck.get(key) is None:
+            raise KeyError(f"load_checkpoint: '{os.fspath(path)}' holds no '{key}' state")
+        obj.load_state_dict(ck[key])
+    if restore_rng and ck.get("rng") is not None:
+        set_rng_state(ck["rng"])
+    return ck

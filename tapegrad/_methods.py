@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _backend as B
 from . import _tape
 from ._backend import np
 from ._tensor import Tensor, _wrap
@@ -12,10 +13,38 @@ from .ops import _linalg as L
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
+from .ops._common import operands
 
 
 def _reflect(f: Any) -> Any:
-    return lambda self, other: f(other, self)
+    def op(self: Tensor, other: Any) -> Tensor:
+        return f(other, self)
+
+    return op
+
+
+def _bitwise(f: Any, name: str) -> Any:
+    """``&``, ``|``, ``^``: logical on bools, bitwise on integers (as PyTorch); no gradient."""
+
+    def op(x: Any, y: Any) -> Tensor:
+        x, y = operands(x, y)
+        a = x._data if isinstance(x, Tensor) else x
+        b = y._data if isinstance(y, Tensor) else y
+        try:
+            return _wrap(np.asarray(f(a, b)))
+        except TypeError:
+            raise TypeError(
+                f"{name}: needs bool or integer tensors, got {np.asarray(a).dtype} and "
+                f"{np.asarray(b).dtype}; compare first (x > 0) to get bools"
+            ) from None
+
+    return op
+
+
+def _invert(x: Tensor) -> Tensor:
+    if x._data.dtype.kind not in "biu":
+        raise TypeError(f"~: needs a bool or integer tensor, got {x.dtype}")
+    return _wrap(np.invert(x._data))
 
 
 def _setitem(self: Tensor, idx: Any, value: Any) -> None:
@@ -28,23 +57,50 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
         or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
     )
     if recording:
-        new = _index_put(self, nidx, value if isinstance(value, Tensor) else _wrap(np.asarray(v, dtype=self.dtype)))
+        vt = value if isinstance(value, Tensor) else _wrap(np.asarray(v, dtype=self.dtype))
+        new = _index_put(self, nidx, vt)
         self._data, self._tid, self._tapes = new._data, new._tid, new._tapes
     else:
         try:
             self._data[nidx] = v
         except (ValueError, IndexError) as e:
-            raise type(e)(f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})") from None
+            raise type(e)(
+                f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})"
+            ) from None
     self._version += 1
 
 
 def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
-    # out = x with x[idx] replaced by v: x * (1 - mask) + scatter(v)
+    # out = x with x[idx] replaced by v: x where the mask is off, plus v scattered
     mask = np.zeros(x.shape, dtype=bool)
     mask[idx] = True
     keep = E.where(_wrap(mask), 0.0, x)
-    vb = S.broadcast_to(v.astype(x.dtype), np.zeros(x.shape)[idx].shape)
-    return keep + _tape.apply(S._index_grad, vb, idx=idx, shape=x.shape, advanced=S._is_advanced(idx))
+    vb = S.broadcast_to(v.astype(x.dtype), mask[idx].shape)
+    return keep + _tape.apply(
+        S._index_grad, vb, idx=idx, shape=x.shape, advanced=S._is_advanced(idx)
+    )
+
+
+def _transpose(self: Tensor, *axes: Any) -> Tensor:
+    """numpy's ``x.transpose(*axes)``; two axes of a tensor with more than two dimensions swap
+    them (PyTorch's ``x.transpose(0, 1)``, which numpy would reject)."""
+    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+        axes = tuple(axes[0])
+    if len(axes) == 2 and self.ndim > 2:
+        return S.swapaxes(self, axes[0], axes[1])
+    return S.permute_dims(self, axes or None)
+
+
+def _permute(self: Tensor, *axes: Any) -> Tensor:
+    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+        axes = tuple(axes[0])
+    return S.permute_dims(self, axes)
+
+
+def _format(self: Tensor, spec: str) -> str:
+    if spec and self._data.size == 1:
+        return format(self._data.item(), spec)
+    return format(str(self), spec)
 
 
 def _bind() -> None:
@@ -68,10 +124,11 @@ def _bind() -> None:
     T.__neg__ = E.neg
     T.__pos__ = lambda self: self
     T.__abs__ = E.abs
-    T.__invert__ = lambda self: E.logical_not(self) if self.dtype.kind == "b" else _wrap(~self._data)
-    T.__and__ = E.logical_and
-    T.__or__ = E.logical_or
-    T.__xor__ = E.logical_xor
+    T.__invert__ = _invert
+    for name, f in (("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):
+        op = _bitwise(f, {"and": "&", "or": "|", "xor": "^"}[name])
+        setattr(T, f"__{name}__", op)
+        setattr(T, f"__r{name}__", _reflect(op))
     T.__eq__ = E.equal  # type: ignore[assignment]
     T.__ne__ = E.not_equal  # type: ignore[assignment]
     T.__lt__ = E.less
@@ -80,35 +137,35 @@ def _bind() -> None:
     T.__ge__ = E.greater_equal
     T.__getitem__ = S.getitem
     T.__setitem__ = _setitem
-    T.__hash__ = lambda self: id(self)  # type: ignore[assignment]
+    T.__hash__ = object.__hash__  # type: ignore[assignment]
+    T.__format__ = _format  # type: ignore[assignment]
 
     for name in (
         "exp expm1 log log1p log2 log10 sqrt rsqrt square reciprocal sin cos tan tanh sigmoid "
-        "relu erf sign floor ceil round trunc isnan isfinite isinf"
+        "relu erf sign floor ceil round trunc isnan isfinite isinf abs clip pow maximum minimum "
+        "nan_to_num"
     ).split():
         setattr(T, name, getattr(E, name))
-    T.abs = E.abs
-    T.clip = E.clip
     T.clamp = E.clip
-    T.pow = E.pow
-    T.maximum = E.maximum
-    T.minimum = E.minimum
-    for name in "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod norm all any".split():
+    for name in (
+        "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod norm "
+        "all any"
+    ).split():
         setattr(T, name, getattr(R, name))
-    for name in "flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to astype flip roll tril triu repeat tile take".split():
+    for name in (
+        "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to astype "
+        "flip roll tril triu repeat tile take take_along_axis split chunk"
+    ).split():
         setattr(T, name, getattr(S, name))
-    T.reshape = S.reshape
     T.view = S.reshape
     T.unsqueeze = S.expand_dims
-    T.transpose = lambda self, *axes: S.permute_dims(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
-    T.permute = lambda self, *axes: S.permute_dims(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes)
-    T.T = property(lambda self: S.permute_dims(self))  # type: ignore[assignment]
+    T.transpose = _transpose
+    T.permute = _permute
+    T.T = property(S.permute_dims)  # type: ignore[assignment]
     T.mT = property(lambda self: S.swapaxes(self, -1, -2))  # type: ignore[assignment]
     T.matmul = L.matmul
     T.softmax = SM.softmax
     T.log_softmax = SM.log_softmax
-    T.split = S.split
-    T.chunk = S.chunk
     T.detach = _tape.stop_gradient
     T.backward = _tape.backward
     T.trace = _tape.trace
@@ -118,8 +175,8 @@ def _bind() -> None:
     T.int = lambda self: S.astype(self, np.int32)
     T.bool = lambda self: S.astype(self, np.bool_)
     T.to = _to
-    T.copy = lambda self: _wrap(self._data.copy())
-    T.clone = T.copy
+    T.copy = _clone
+    T.clone = _clone
     T.copy_ = _copy_
     T.fill_ = lambda self, v: _inplace(self, lambda a: a.fill(v))
     T.zero_ = lambda self: _inplace(self, lambda a: a.fill(0))
@@ -140,10 +197,16 @@ def _copy_(self: Tensor, src: Any) -> Tensor:
     return self
 
 
+_CLONE = _tape.defprim("clone", lambda x: x.copy(), lambda g, ans, x: g)
+
+
+def _clone(self: Tensor) -> Tensor:
+    """A copy of the values with its own memory; gradients flow through (torch's clone)."""
+    return _tape.apply(_CLONE, self)
+
+
 def _to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None) -> Tensor:
     """``x.to('cuda')``, ``x.to(tg.float64)``, ``x.to(device=..., dtype=...)``."""
-    from . import _backend as B  # noqa: PLC0415
-
     for a in args:
         if isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "gpu"):
             device = a
@@ -161,12 +224,6 @@ def _to_device_vjp(g: Tensor, ans: Any, x: Any, device: str) -> Tensor:
     return _tape.apply(_TO_DEVICE, g, device="cpu" if device == "cuda" else "cuda")
 
 
-def _to_device_fwd(x: Any, device: str) -> Any:
-    from . import _backend as B  # noqa: PLC0415
-
-    return B.to_device(x, device)
-
-
-_TO_DEVICE = _tape.defprim("to_device", _to_device_fwd, _to_device_vjp)
+_TO_DEVICE = _tape.defprim("to_device", B.to_device, _to_device_vjp)
 
 _bind()

@@ -161,17 +161,17 @@ def _to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
         arr = data
         if dtype is not None:
             arr = arr.astype(as_dtype(dtype), copy=False)
+    elif dtype is not None:
+        arr = np.asarray(data, dtype=as_dtype(dtype))
     else:
-        if dtype is not None:
-            arr = np.asarray(data, dtype=as_dtype(dtype))
-        else:
-            arr = np.asarray(data)
-            if arr.dtype == np.float64 and not isinstance(data, np.generic):
-                arr = arr.astype(default_float())  # Python floats -> the default float
-            elif arr.dtype.kind == "f" and isinstance(data, np.generic):
-                pass
-            elif arr.dtype.kind in "US" or arr.dtype == object:
-                raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data")
+        arr = np.asarray(data)
+        if arr.dtype.kind in "USOV":
+            raise TypeError(
+                f"tensor(): cannot make a tensor from {type(data).__name__} data of dtype "
+                f"{arr.dtype}; pass numbers, nested lists of numbers, arrays or tensors"
+            )
+        if arr.dtype == np.float64 and not isinstance(data, np.generic):
+            arr = arr.astype(default_float())  # Python floats -> the default float
     if dev is not None and B.device_of(arr) != dev:
         arr = B.to_device(arr, dev)
     return arr

@@ -27,16 +27,21 @@ def _as64(a: Any) -> Tensor:
     return _wrap(np.asarray(arr, dtype=np.float64) if arr.dtype.kind == "f" else arr)
 
 
-def numerical_jvp(f: Callable[..., Tensor], args: Sequence[Tensor], vs: Sequence[Any], eps: float) -> Any:
+def numerical_jvp(
+    f: Callable[..., Tensor], args: Sequence[Tensor], vs: Sequence[Any], eps: float
+) -> Any:
     """``J v`` by central differences in float64."""
-    plus = [_wrap(a._data + eps * v) if v is not None else a for a, v in zip(args, vs)]
-    minus = [_wrap(a._data - eps * v) if v is not None else a for a, v in zip(args, vs)]
+    plus = [_wrap(a._data + eps * v) if v is not None else a for a, v in zip(args, vs, strict=True)]
+    minus = [
+        _wrap(a._data - eps * v) if v is not None else a for a, v in zip(args, vs, strict=True)
+    ]
     return (f(*plus)._data - f(*minus)._data) / (2 * eps)
 
 
 def check_vjp(
     f: Callable[..., Tensor],
     args: Sequence[Any],
+    *,
     eps: float = 1e-6,
     rtol: float = 1e-5,
     atol: float = 1e-6,
@@ -52,7 +57,7 @@ def check_vjp(
         y = f(*traced)
     vy = rng.standard_normal(y.shape)
     grads = tape.gradient(y, [traced[i] for i in diff], output_gradients=_wrap(vy))
-    vjp_dot = sum(float(np.sum(g._data * vs[i])) for g, i in zip(grads, diff))
+    vjp_dot = sum(float(np.sum(g._data * vs[i])) for g, i in zip(grads, diff, strict=True))
     jvp = numerical_jvp(f, args, vs, eps)
     num_dot = float(np.sum(jvp * vy))
     scale = max(abs(num_dot), abs(vjp_dot), 1.0)
@@ -67,6 +72,7 @@ def check_grads(
     f: Callable[..., Tensor],
     args: Sequence[Any],
     order: int = 2,
+    *,
     eps: float = 1e-6,
     rtol: float = 1e-5,
     atol: float = 1e-6,
@@ -77,7 +83,7 @@ def check_grads(
     >>> import tapegrad as tg
     >>> tg.testing.check_grads(lambda x: tg.tanh(x) * x, [tg.tensor([0.3, -1.2], dtype=tg.float64)])
     """
-    check_vjp(f, args, eps, rtol, atol, seed)
+    check_vjp(f, args, eps=eps, rtol=rtol, atol=atol, seed=seed)
     if order >= 2:
         rng = np.random.default_rng(seed + 1)
         args64 = [_as64(a) for a in args]
@@ -98,4 +104,4 @@ def check_grads(
                 out = term if out is None else out + term
             return out  # type: ignore[return-value]
 
-        check_vjp(vjp_fn, args64, eps, rtol * 10, atol * 10, seed + 2)
+        check_vjp(vjp_fn, args64, eps=eps, rtol=rtol * 10, atol=atol * 10, seed=seed + 2)

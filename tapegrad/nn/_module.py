@@ -1,26 +1,46 @@
 """Module: parameters, buffers and submodules found by walking attributes.
 
-A Module's fields are found by walking its attributes (and lists, tuples and dicts of them), in
-the order they were set, and named by dotted path (``encoder.layers.0.weight``), as PyTorch
-names them, so a PyTorch ``state_dict`` for the same architecture loads one to one. A
-``Parameter`` trains; a plain Tensor attribute is a buffer (saved in ``state_dict``).
+A Module's fields are found by walking its attributes (and lists, tuples and dicts of them) in
+the order they were set, and named by dotted path (``encoder.layers.0.weight``) as PyTorch names
+them, so a PyTorch ``state_dict`` for the same architecture loads one to one. A ``Parameter``
+trains; any other Tensor attribute is a buffer (saved in ``state_dict`` unless registered with
+``persistent=False``). Attributes whose names start with ``_`` are private and never walked.
+
+Within one module the order is PyTorch's: its own parameters, then its own buffers, then its
+submodules (and lists/dicts of them) depth first.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
+from .. import _backend as B
 from .. import _tape
 from .._backend import np
+from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict`` returns: the keys it did not find and the keys it did not use."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 class Module:
     """Base class of layers and models: subclass it, set fields in ``__init__``, define ``forward``.
 
+    Fields are declared at class level with their types and set in ``__init__``; parameters
+    are initialised in ``reset_parameters()``. Calling the module runs ``forward`` with the
+    module's dotted path on the scope stack, so tape nodes say which layer made them.
+
     >>> import tapegrad as tg
     >>> class Affine(tg.nn.Module):
+    ...     w: tg.Parameter
+    ...     b: tg.Parameter
     ...     def __init__(self):
     ...         super().__init__()
     ...         self.w = tg.Parameter(tg.ones(2))
@@ -29,202 +49,459 @@ class Module:
     ...         return x * self.w + self.b
     >>> [name for name, _ in Affine().named_parameters()]
     ['w', 'b']
+    >>> Affine()(tg.tensor([1.0, 2.0])).tolist()
+    [1.0, 2.0]
     """
 
     training: bool = True
+    # the dotted path from the outermost module that holds it (set on assignment), for scopes
+    _path: str | None = None
     _non_persistent: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
-        object.__setattr__(self, "training", True)
+        # Nothing to set up: the class-level defaults cover a subclass that skips this call.
+        pass
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if isinstance(value, Parameter) and value.name is None:
-            value.name = name
+        if name[0] != "_" and name != "training":
+            _adopt(name, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} defines no forward()")
+        """The computation; subclasses define it."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.forward: subclasses of Module must define forward()"
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        path = getattr(self, "_path", None) or type(self).__name__
-        _tape._SCOPE.append(path)
+        _tape._SCOPE.append(self._path or type(self).__name__)
         try:
             return self.forward(*args, **kwargs)
         finally:
             _tape._SCOPE.pop()
 
-    # -- walking ------------------------------------------------------------------------------
-    def _fields(self) -> Iterator[tuple[str, Any]]:
-        for k, v in vars(self).items():
-            if k.startswith("_") or k == "training":
-                continue
-            yield k, v
+    # -- registration (PyTorch's explicit forms) ------------------------------------------------
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Set a buffer; ``persistent=False`` keeps it out of ``state_dict`` (a cached mask)."""
+        if tensor is not None and (not isinstance(tensor, Tensor) or isinstance(tensor, Parameter)):
+            raise TypeError(
+                f"register_buffer: '{name}' must be a Tensor (not a Parameter) or None, "
+                f"got {type(tensor).__name__}; use register_parameter for parameters"
+            )
+        setattr(self, name, tensor)
+        if persistent:
+            object.__setattr__(self, "_non_persistent", self._non_persistent - {name})
+        else:
+            object.__setattr__(self, "_non_persistent", self._non_persistent | {name})
 
-    def _walk(self, prefix: str = "", seen: set[int] | None = None) -> Iterator[tuple[str, Any]]:
-        """(dotted name, leaf) for every Tensor and Module below, depth first, in set order."""
-        if seen is None:
-            seen = set()
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """Set a parameter (or None, a declared but absent parameter such as a missing bias)."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(
+                f"register_parameter: '{name}' must be a Parameter or None, got "
+                f"{type(param).__name__}; wrap it as tg.nn.Parameter(tensor)"
+            )
+        setattr(self, name, param)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Set a submodule by name (``register_module`` is an alias)."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: '{name}' must be a Module, got {type(module).__name__}")
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at a dotted path (``"encoder.layers.0"``); ``""`` is the module itself."""
+        for name, m in self.named_modules(remove_duplicate=False):
+            if name == target:
+                return m
+        raise AttributeError(
+            f"get_submodule: {type(self).__name__} has no submodule '{target}'; its submodules "
+            f"are {[n for n, _ in self.named_modules() if n][:20]}"
+        )
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at a dotted path (``"encoder.layers.0.weight"``)."""
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if name == target:
+                return p
+        raise AttributeError(f"get_parameter: {type(self).__name__} has no parameter '{target}'")
+
+    # -- walking ----------------------------------------------------------------------------------
+    def _fields(self) -> list[tuple[str, Any]]:
+        """(name, value) of the public attributes, in the order set; containers override it."""
+        return [(k, v) for k, v in vars(self).items() if k[0] != "_" and k != "training"]
+
+    def _members(
+        self, prefix: str, dedupe: bool, seen: set[int], active: set[int]
+    ) -> Iterator[tuple[str, Tensor, Module, str]]:
+        """(dotted name, tensor, owning module, local name): own parameters, own buffers, then
+        submodules depth first. ``dedupe`` visits a shared module once; ``active`` stops cycles."""
+        fields = self._fields()
+        for k, v in fields:
+            if isinstance(v, Parameter):
+                yield prefix + k, v, self, k
+        for k, v in fields:
+            if isinstance(v, Tensor) and not isinstance(v, Parameter):
+                yield prefix + k, v, self, k
+        active.add(id(self))
+        try:
+            for k, v in fields:
+                if not isinstance(v, Tensor):
+                    yield from _members_of(v, prefix + k, k, self, dedupe, seen, active)
+        finally:
+            active.discard(id(self))
+
+    def named_modules(
+        self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """``(dotted name, module)`` for this module (name ``prefix``) and every one below it."""
+        seen = memo if memo is not None else set()
+        stack: list[tuple[str, Module]] = [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            if remove_duplicate:
+                if id(m) in seen:
+                    continue
+                seen.add(id(m))
+            yield name, m
+            base = name + "." if name else ""
+            kids = [(base + n, c) for n, c in m._child_items()]
+            stack.extend(reversed(kids))
+
+    def _child_items(self) -> list[tuple[str, Module]]:
+        """Direct submodules with their local names; a list attribute gives ``layers.0``, ..."""
+        out: list[tuple[str, Module]] = []
         for k, v in self._fields():
-            yield from _walk_value(prefix + k, v, seen)
-
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        yield prefix, self
-        for name, v in self._walk_modules(prefix):
-            yield name, v
-
-    def _walk_modules(self, prefix: str) -> Iterator[tuple[str, Module]]:
-        for name, v in self._walk(prefix + "." if prefix else ""):
-            if isinstance(v, Module):
-                if len(name) > len(getattr(v, "_path", "") or ""):
-                    object.__setattr__(v, "_path", name)
-                yield name, v
-
-    def children(self) -> Iterator[Module]:
-        for _, v in self.named_children():
-            yield v
+            _collect_modules(v, k, out)
+        return out
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
-        for name, v in self._walk_modules(""):
-            if "." not in name or _is_container_child(name, self):
-                yield name, v
+        """``(name, module)`` for the direct submodules (a shared one once)."""
+        seen: set[int] = set()
+        for name, m in self._child_items():
+            if id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator[Module]:
+        """The direct submodules."""
+        for _, m in self.named_children():
+            yield m
 
     def modules(self) -> Iterator[Module]:
+        """This module and every module below it, each once."""
         for _, m in self.named_modules():
             yield m
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        seen: set[int] = set()
-        for name, v in self._walk(prefix + "." if prefix else "", set()):
-            if isinstance(v, Parameter) and id(v) not in seen:
-                seen.add(id(v))
-                if v.name is None or len(name) > len(v.name):
-                    v.name = name  # the path from the outermost module walked so far
-                yield name, v
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """``(dotted name, parameter)`` in PyTorch's order; a shared parameter once (first name).
 
-    def parameters(self) -> Iterator[Parameter]:
-        for _, p in self.named_parameters():
+        Walking from a module also tells each parameter its full path (``Parameter.name``).
+        """
+        base = prefix + "." if prefix else ""
+        seen: set[int] = set()
+        for name, t, _, _ in self._walk(base, remove_duplicate, recurse):
+            if not isinstance(t, Parameter):
+                continue
+            if remove_duplicate:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+            if t.name is None or name.endswith("." + t.name):
+                t.name = name  # the path from the outermost module walked so far
+            yield name, t
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """Every parameter, each once."""
+        for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
-        for name, v in self._walk(prefix + "." if prefix else "", set()):
-            if isinstance(v, Tensor) and not isinstance(v, Parameter):
-                yield name, v
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, buffer)`` for every non-Parameter tensor (persistent or not)."""
+        base = prefix + "." if prefix else ""
+        seen: set[int] = set()
+        for name, t, _, _ in self._walk(base, remove_duplicate, recurse):
+            if isinstance(t, Parameter):
+                continue
+            if remove_duplicate:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+            yield name, t
 
-    def buffers(self) -> Iterator[Tensor]:
-        for _, b in self.named_buffers():
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """Every buffer, each once."""
+        for _, b in self.named_buffers(recurse=recurse):
             yield b
 
+    def _walk(
+        self, base: str, dedupe: bool, recurse: bool = True
+    ) -> Iterator[tuple[str, Tensor, Module, str]]:
+        if recurse:
+            return self._members(base, dedupe, set(), set())
+        own = [(base + k, v, self, k) for k, v in self._fields() if isinstance(v, Parameter)]
+        own += [
+            (base + k, v, self, k)
+            for k, v in self._fields()
+            if isinstance(v, Tensor) and not isinstance(v, Parameter)
+        ]
+        return iter(own)
+
     def num_parameters(self, trainable_only: bool = False) -> int:
+        """The number of parameter elements (only those with ``requires_grad`` if asked)."""
         return sum(p.size for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    # -- state ----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Tensor]:
-        """Dotted names to tensors: parameters and (persistent) buffers, as PyTorch orders them."""
+    # -- state --------------------------------------------------------------------------------------
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> dict[str, Tensor]:
+        """Dotted names to tensors: parameters and persistent buffers, in PyTorch's order.
+
+        A module or parameter reachable by two paths appears under both (as in PyTorch). The
+        values share memory with the model; ``keep_vars=True`` gives the Parameter objects
+        themselves rather than detached tensors.
+
+        >>> import tapegrad as tg
+        >>> list(tg.nn.BatchNorm1d(3).state_dict())
+        ['weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked']
+        """
         out: dict[str, Tensor] = {}
-        for name, v in self._walk("", set()):
-            if isinstance(v, Tensor) and name not in out and name.rsplit(".", 1)[-1] not in _owner_nonpersistent(self, name):
-                out[name] = v
+        for name, t, owner, local in self._members(prefix, False, set(), set()):
+            if local.split(".", 1)[0] in owner._non_persistent or name in out:
+                continue
+            out[name] = t if keep_vars else _wrap(t._data)
         return out
 
-    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> tuple[list[str], list[str]]:
-        """Copy values in by name (tensors or numpy arrays). Returns (missing, unexpected)."""
-        own = self.state_dict()
-        missing = [k for k in own if k not in state]
-        unexpected = [k for k in state if k not in own]
-        if strict and (missing or unexpected):
-            raise KeyError(
-                f"load_state_dict: {type(self).__name__}: missing keys {missing}, unexpected keys "
-                f"{unexpected}; pass strict=False to load the keys that match"
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> IncompatibleKeys:
+        """Copy values in by name (tensors, numpy arrays or anything ``np.asarray`` reads).
+
+        Values are cast to the model's dtypes and copied (the model never shares memory with
+        ``state_dict``). With ``strict=True`` any missing or unexpected key is an error;
+        a shape mismatch is always one. Returns ``(missing_keys, unexpected_keys)``.
+
+        >>> import numpy as np, tapegrad as tg
+        >>> lin = tg.nn.Linear(2, 1)
+        >>> lin.load_state_dict({"weight": np.ones((1, 2)), "bias": np.zeros(1)})
+        IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+        >>> lin(tg.tensor([[1.0, 2.0]])).tolist()
+        [[3.0]]
+        """
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(
+                f"load_state_dict: expected a mapping of names to arrays, got "
+                f"{type(state_dict).__name__}"
             )
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(_keys_message(type(self).__name__, missing, unexpected))
+        arrays: dict[str, Any] = {}
+        bad = []
         for k, t in own.items():
-            if k not in state:
+            if k not in state_dict:
                 continue
-            v = state[k]
+            v = state_dict[k]
             a = v._data if isinstance(v, Tensor) else np.asarray(v)
             if tuple(a.shape) != t.shape:
-                raise ValueError(
-                    f"load_state_dict: '{k}' has shape {tuple(a.shape)} in the state dict but "
-                    f"{t.shape} in the model"
-                )
-            t._data = np.array(a, dtype=t.dtype, copy=True) if t.device == "cpu" else a.astype(t.dtype)
+                bad.append(f"'{k}': {tuple(a.shape)} in the state dict, {t.shape} in the model")
+            arrays[k] = a
+        if bad:
+            raise RuntimeError(
+                f"load_state_dict: {type(self).__name__}: shapes differ for "
+                + "; ".join(bad)
+                + ". The state dict comes from a different architecture or configuration"
+            )
+        for k, a in arrays.items():
+            t = own[k]
+            new = B.to_device(np.array(B.to_device(a, "cpu"), dtype=t.dtype, copy=True), t.device)
+            t._data = new
             t._version += 1
-        return missing, unexpected
+        return IncompatibleKeys(missing, unexpected)
 
-    # -- modes ----------------------------------------------------------------------------------
+    # -- modes and conversions -------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
+        """Training mode (dropout active, batch norm uses batch statistics) for every module."""
         for m in self.modules():
-            object.__setattr__(m, "training", mode)
+            object.__setattr__(m, "training", bool(mode))
         return self
 
     def eval(self) -> Module:
+        """Evaluation mode: ``train(False)``."""
         return self.train(False)
 
-    def requires_grad_(self, flag: bool = True) -> Module:
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Freeze (False) or unfreeze every parameter; a frozen parameter is not auto-watched."""
         for p in self.parameters():
-            p.requires_grad = flag
+            p.requires_grad = requires_grad
         return self
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
-        for m in list(self.modules())[::-1]:
+        """Call ``fn`` on every submodule (children first) and then on this module."""
+        for m in reversed(list(self.modules())):
             fn(m)
         return self
 
     def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Module:
-        """Convert parameters and float buffers in place (dtype and/or device)."""
-        for name, t in list(self.state_dict().items()):
-            new = t.to(*args, dtype=dtype if t.dtype.kind == "f" else None, device=device)
-            if new is not t:
-                t._data = new._data
+        """Convert parameters and float buffers in place: ``to(tg.float64)``, ``to("cuda")``.
+
+        The same Parameter objects are kept (an optimizer built before still holds them).
+        """
+        for a in args:
+            if isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "gpu"):
+                device = a
+            else:
+                dtype = a
+        d = as_dtype(dtype) if dtype is not None else None
+        if d is not None and d.kind != "f":
+            raise TypeError(f"Module.to: dtype must be a float dtype, got {d}")
+        seen: set[int] = set()
+        for _, t, _, _ in self._members("", True, set(), set()):
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            a = t._data
+            if d is not None and a.dtype.kind == "f" and a.dtype != d:
+                a = a.astype(d)
+            if device is not None and B.device_of(a) != B.normalize_device(device):
+                a = B.to_device(a, B.normalize_device(device))
+            if a is not t._data:
+                t._data = a
                 t._version += 1
         return self
 
+    def float(self) -> Module:
+        """Parameters and float buffers to float32."""
+        return self.to(np.float32)
+
+    def double(self) -> Module:
+        """Parameters and float buffers to float64."""
+        return self.to(np.float64)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Module:
+        # A copied Parameter must be a new leaf: fresh tape identity, on no tape.
+        for _, t, _, _ in self._members("", True, set(), set()):
+            if id(t) not in memo:
+                memo[id(t)] = _fresh_copy(t)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in vars(self).items():
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
+    # -- printing -----------------------------------------------------------------------------------
     def extra_repr(self) -> str:
+        """The arguments shown inside the module's repr; layers override it."""
         return ""
 
     def __repr__(self) -> str:
-        lines = []
-        for name, m in self.named_children():
-            r = repr(m).replace("\n", "\n  ")
-            lines.append(f"  ({name}): {r}")
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        if not lines:
-            return head + ")"
-        return head + "\n" + "\n".join(lines) + "\n)"
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [
+            f"({name}): " + _indent(repr(m), 2) for name, m in self._child_items()
+        ]
+        lines = extra_lines + child_lines
+        out = type(self).__name__ + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                out += extra_lines[0]
+            else:
+                out += "\n  " + "\n  ".join(lines) + "\n"
+        return out + ")"
 
 
-def _walk_value(name: str, v: Any, seen: set[int]) -> Iterator[tuple[str, Any]]:
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _adopt(name: str, value: Any) -> None:
+    """Tell a newly set value its path: parameters their names, modules their local name."""
+    if isinstance(value, Parameter):
+        if value.name is None:
+            value.name = name
+    elif isinstance(value, Module):
+        for sub, m in value.named_modules(prefix=name):
+            if m._path is None or sub.endswith("." + m._path):
+                object.__setattr__(m, "_path", sub)
+        for sub, p in value.named_parameters():
+            full = f"{name}.{sub}"
+            if p.name is None or full.endswith("." + p.name):
+                p.name = full
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _adopt(f"{name}.{i}", item)
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            _adopt(f"{name}.{k}", item)
+
+
+def _members_of(  # noqa: PLR0917 - the walk's state, passed down the recursion
+    v: Any, name: str, local: str, owner: Module, dedupe: bool, seen: set[int], active: set[int]
+) -> Iterator[tuple[str, Tensor, Module, str]]:
     if isinstance(v, Tensor):
-        yield name, v
+        yield name, v, owner, local
     elif isinstance(v, Module):
-        if id(v) in seen:
+        if id(v) in active or (dedupe and id(v) in seen):
             return
         seen.add(id(v))
-        yield name, v
-        yield from v._walk(name + ".", seen)
+        yield from v._members(name + ".", dedupe, seen, active)
     elif isinstance(v, (list, tuple)):
         for i, item in enumerate(v):
-            yield from _walk_value(f"{name}.{i}", item, seen)
+            yield from _members_of(item, f"{name}.{i}", f"{local}.{i}", owner, dedupe, seen, active)
     elif isinstance(v, dict):
         for k, item in v.items():
-            yield from _walk_value(f"{name}.{k}", item, seen)
+            yield from _members_of(item, f"{name}.{k}", f"{local}.{k}", owner, dedupe, seen, active)
 
 
-def _is_container_child(name: str, root: Module) -> bool:
-    # "layers.0" is a child when "layers" is a list/tuple/dict attribute of root
-    head, _, rest = name.partition(".")
-    return "." not in rest and isinstance(getattr(root, head, None), (list, tuple, dict))
+def _collect_modules(v: Any, name: str, out: list[tuple[str, Module]]) -> None:
+    if isinstance(v, Module):
+        out.append((name, v))
+    elif isinstance(v, (list, tuple)):
+        for i, item in enumerate(v):
+            _collect_modules(item, f"{name}.{i}", out)
+    elif isinstance(v, dict):
+        for k, item in v.items():
+            _collect_modules(item, f"{name}.{k}", out)
 
 
-def _owner_nonpersistent(root: Module, name: str) -> frozenset[str]:
-    parts = name.split(".")[:-1]
-    m: Any = root
-    for p in parts:
-        m = m[int(p)] if isinstance(m, (list, tuple)) else (m[p] if isinstance(m, dict) else getattr(m, p, None))
-        if m is None:
-            return frozenset()
-    return getattr(m, "_non_persistent", frozenset()) if isinstance(m, Module) else frozenset()
+def _fresh_copy(t: Tensor) -> Tensor:
+    if isinstance(t, Parameter):
+        p = Parameter(t._data.copy(), requires_grad=t.requires_grad)
+        p.name = t.name
+        return p
+    return _wrap(t._data.copy())
 
 
-def detach_state(state: dict[str, Tensor]) -> dict[str, Any]:
-    return {k: _wrap(v._data.copy()) for k, v in state.items()}
+def _indent(s: str, n: int) -> str:
+    first, *rest = s.split("\n")
+    return "\n".join([first] + [(" " * n + line) if line.strip() else "" for line in rest])
+
+
+def _keys_message(owner: str, missing: list[str], unexpected: list[str]) -> str:
+    msg = f"load_state_dict: {owner}: "
+    parts = []
+    if missing:
+        parts.append(f"missing keys {missing}")
+    if unexpected:
+        parts.append(f"unexpected keys {unexpected}")
+    msg += "; ".join(parts)
+    # A common cause: the checkpoint was saved from a wrapper (``module.``, ``model.``).
+    hint = ""
+    if missing and unexpected:
+        for u in unexpected:
+            for m in missing:
+                if u.endswith("." + m):
+                    pre = u[: -len(m)]
+                    hint = (
+                        f". The checkpoint's keys carry the prefix '{pre}': strip it with "
+                        f"{{k.removeprefix('{pre}'): v for k, v in state.items()}}"
+                    )
+                    break
+            if hint:
+                break
+    return msg + (hint or ". Pass strict=False to load only the keys that match")

@@ -1,4 +1,4 @@
-"""Helpers shared by the op modules: operand conversion and dtype promotion."""
+"""Helpers shared by the op modules: operand conversion, dtype promotion, axes and errors."""
 
 from __future__ import annotations
 
@@ -22,63 +22,114 @@ def operands(x: Any, y: Any) -> tuple[Any, Any]:
     """Make binary operands agree on dtype the way PyTorch does.
 
     Two tensors of one dtype pass through untouched (the hot path). Python scalars stay Python
-    scalars (numpy keeps the tensor's dtype for them), except a float with an integer tensor,
-    which gives the default float. An integer tensor meeting a float tensor takes the float's
-    dtype (numpy would widen int64 + float32 to float64).
+    scalars, which numpy treats as "weak" (the tensor keeps its dtype), except a float with an
+    integer or bool tensor, which gives the default float. An integer tensor meeting a float
+    tensor takes the float's dtype (numpy would widen int64 + float32 to float64), and a 0-d
+    tensor does not widen a dimensioned one of the same kind (float64 scalar * float32 matrix
+    stays float32).
     """
-    xt = isinstance(x, Tensor)
-    yt = isinstance(y, Tensor)
-    if xt and yt:
-        dx, dy = x._data.dtype, y._data.dtype
-        if dx is dy or dx == dy:
-            return x, y
-        return _promote(x, y)
-    if xt:
-        return x, _scalar_operand(x, y)
-    if yt:
-        return _scalar_operand(y, x), y
+    if isinstance(x, Tensor):
+        if isinstance(y, Tensor):
+            dx, dy = x._data.dtype, y._data.dtype
+            if dx is dy or dx == dy:
+                return x, y
+            return _promote(x, y)
+        return _with_scalar(x, y)
+    if isinstance(y, Tensor):
+        t, s = _with_scalar(y, x)
+        return s, t
     return as_tensor(x), as_tensor(y)
 
 
-def _scalar_operand(t: Tensor, s: Any) -> Any:
-    if isinstance(s, bool):
-        return s
-    if isinstance(s, float) and t._data.dtype.kind in "biu":
-        return np.asarray(s, dtype=default_float())
-    if isinstance(s, (int, float)):
-        return s
+def _with_scalar(t: Tensor, s: Any) -> tuple[Tensor, Any]:
+    """A tensor and a non-Tensor operand, both converted by PyTorch's rules."""
+    if isinstance(s, bool):  # before int: bool is an int subclass
+        return t, s
+    if isinstance(s, (int, np.integer)):
+        return t, int(s)
+    if isinstance(s, (float, np.floating)):
+        if t._data.dtype.kind in "biu":
+            t = t.astype(default_float())
+        return t, float(s)  # a Python float is weak; np.float64 would widen float32
+    if isinstance(s, np.bool_):
+        return t, bool(s)
     if is_array(s):
-        return _promote(t, _wrap(s))[1]
-    if isinstance(s, (list, tuple)) or isinstance(s, np.generic):
-        return _promote(t, Tensor(s))[1]
-    raise TypeError(f"unsupported operand type: {type(s).__name__} with a Tensor")
+        return _promote(t, _wrap(s))
+    if isinstance(s, (list, tuple)):
+        return _promote(t, Tensor(s))
+    raise TypeError(
+        f"unsupported operand type {type(s).__name__} with a Tensor; use a Tensor, an array "
+        "or a Python number"
+    )
 
 
 def _promote(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    kx, ky = x._data.dtype.kind, y._data.dtype.kind
-    fx, fy = kx in "fc", ky in "fc"
+    dx, dy = x._data.dtype, y._data.dtype
+    if dx == dy:
+        return x, y
+    fx, fy = dx.kind in "fc", dy.kind in "fc"
     if fx and not fy:
-        return x, y.astype(x.dtype)
+        return x, y.astype(dx)
     if fy and not fx:
-        return x.astype(y.dtype), y
-    return x, y  # numpy's rules between two floats or two ints (float32+float64 -> float64)
+        return x.astype(dy), y
+    bx, by = dx.kind == "b", dy.kind == "b"
+    if bx != by:  # bool meets an integer: the integer's dtype
+        return (x.astype(dy), y) if bx else (x, y.astype(dx))
+    # same kind: a 0-d tensor does not widen a dimensioned one (PyTorch); else numpy's rule
+    if x._data.ndim == 0 and y._data.ndim > 0:
+        return x.astype(dy), y
+    if y._data.ndim == 0 and x._data.ndim > 0:
+        return x, y.astype(dx)
+    d = np.promote_types(dx, dy)
+    return x.astype(d), y.astype(d)
+
+
+def result_dtype(*dtypes: Any) -> Any:
+    """The common dtype of several tensors by the rules of ``operands`` (ints join floats)."""
+    floats = [d for d in dtypes if d.kind in "fc"]
+    return np.result_type(*(floats or dtypes))
 
 
 def normalize_axis(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
-    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked."""
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, checked.
+
+    A 0-d tensor accepts axis 0 or -1 (as PyTorch) and reduces over nothing.
+    """
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out = []
     for a in axes:
-        if not isinstance(a, (int, np.integer)):
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < max(ndim, 1):
-            raise IndexError(
-                f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions "
-                f"(valid: {-ndim}..{ndim - 1})"
-            )
-        out.append(int(a) % max(ndim, 1))
+        out.append(check_axis(int(a), ndim, op))
+    if ndim == 0:
+        return ()
     if len(set(out)) != len(out):
         raise ValueError(f"{op}: axis {axis!r} repeats a dimension")
     return tuple(sorted(out))
+
+
+def check_axis(axis: int, ndim: int, op: str) -> int:
+    """One axis, made non-negative; a clear error (an IndexError and a ValueError) if out of range."""
+    n = max(ndim, 1)
+    if not -n <= axis < n:
+        raise np.exceptions.AxisError(
+            f"{op}: axis {axis} is out of range for a tensor with {ndim} dimensions "
+            f"(valid: {-n}..{n - 1})"
+        )
+    return axis % n
+
+
+def broadcast_error(op: str, *tensors: Any) -> Exception | None:
+    """A clear error when the operands' shapes do not broadcast, else None."""
+    shapes = [tuple(np.shape(t._data if isinstance(t, Tensor) else t)) for t in tensors]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        return ValueError(
+            f"{op}: cannot broadcast shapes {' and '.join(map(str, shapes))}: dimensions are "
+            "compared from the right and each pair must be equal or contain a 1. Add an axis "
+            "where one is meant to repeat (x[:, None] or tg.expand_dims) or reshape an operand"
+        )
+    return None

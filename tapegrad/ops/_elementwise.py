@@ -10,20 +10,14 @@ import math
 from typing import Any
 
 from .._backend import np
+from .._dtypes import default_float
 from .._tape import OUT, apply, defprim
-from .._tensor import Tensor
-from ._common import as_tensor, operands
+from .._tensor import Tensor, _wrap
+from . import _special
+from ._common import as_tensor, broadcast_error, operands
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def _erf_array(x: Any) -> Any:
-    # numpy has no erf; use math.erf elementwise through a vectorized ufunc-like helper when
-    # scipy is missing. Abramowitz-Stegun is not exact enough, so use math.erf on floats.
-    return _ERF(x).astype(x.dtype, copy=False)
-
-
-_ERF = np.vectorize(math.erf, otypes=[np.float64])
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _unary(name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = "") -> Any:
@@ -33,7 +27,7 @@ def _unary(name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str
         return apply(prim, as_tensor(x))
 
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = doc or f"Elementwise {name}."
+    op.__doc__ = doc or f"Elementwise ``{name}``."
     return op
 
 
@@ -42,29 +36,43 @@ def _floatin(f: Any) -> Any:
 
     def fwd(x: Any) -> Any:
         if x.dtype.kind not in "fc":
-            x = x.astype(np.float32)
+            x = x.astype(default_float())
         return f(x)
 
     return fwd
 
 
+def _zeros(g: Tensor) -> Tensor:
+    # a constant: the derivative of a piecewise-constant function is zero, whatever g holds
+    return _wrap(np.zeros_like(g._data))
+
+
 # --- unary -----------------------------------------------------------------------------------
 neg = _unary("neg", np.negative, lambda g, ans, x: -g, ())
-abs = _unary("abs", np.abs, lambda g, ans, x: g * sign(x))
-sign = _unary("sign", np.sign, lambda g, ans, x: zeros_like_grad(g), ())
+abs = _unary("abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.")
+sign = _unary(
+    "sign", np.sign, lambda g, ans, x: _zeros(g), (), "-1, 0 or 1 by sign; zero gradient."
+)
 exp = _unary("exp", _floatin(np.exp), lambda g, ans, x: g * ans, (OUT,))
-expm1 = _unary("expm1", _floatin(np.expm1), lambda g, ans, x: g * (ans + 1.0), (OUT,))
-log = _unary("log", _floatin(np.log), lambda g, ans, x: g / x)
-log1p = _unary("log1p", _floatin(np.log1p), lambda g, ans, x: g / (x + 1.0))
+expm1 = _unary(
+    "expm1", _floatin(np.expm1), lambda g, ans, x: g * (ans + 1.0), (OUT,),
+    "``exp(x) - 1``, accurate for small ``x``.",
+)  # fmt: skip
+log = _unary("log", _floatin(np.log), lambda g, ans, x: g / x, doc="Natural logarithm.")
+log1p = _unary(
+    "log1p", _floatin(np.log1p), lambda g, ans, x: g / (x + 1.0),
+    doc="``log(1 + x)``, accurate for small ``x``.",
+)  # fmt: skip
 log2 = _unary("log2", _floatin(np.log2), lambda g, ans, x: g / (x * math.log(2.0)))
 log10 = _unary("log10", _floatin(np.log10), lambda g, ans, x: g / (x * math.log(10.0)))
 sqrt = _unary("sqrt", _floatin(np.sqrt), lambda g, ans, x: g * 0.5 / ans, (OUT,))
 rsqrt = _unary(
-    "rsqrt", _floatin(lambda x: 1.0 / np.sqrt(x)), lambda g, ans, x: g * -0.5 * ans**3, (OUT,)
-)
-square = _unary("square", np.square, lambda g, ans, x: g * 2.0 * x)
+    "rsqrt", _floatin(lambda x: 1.0 / np.sqrt(x)), lambda g, ans, x: g * -0.5 * ans**3, (OUT,),
+    "``1 / sqrt(x)``.",
+)  # fmt: skip
+square = _unary("square", np.square, lambda g, ans, x: g * 2.0 * x, doc="``x * x``.")
 reciprocal = _unary(
-    "reciprocal", _floatin(np.reciprocal), lambda g, ans, x: -g * ans * ans, (OUT,)
+    "reciprocal", _floatin(np.reciprocal), lambda g, ans, x: -g * ans * ans, (OUT,), "``1 / x``."
 )
 sin = _unary("sin", _floatin(np.sin), lambda g, ans, x: g * cos(x))
 cos = _unary("cos", _floatin(np.cos), lambda g, ans, x: -g * sin(x))
@@ -75,58 +83,85 @@ tanh = _unary("tanh", _floatin(np.tanh), lambda g, ans, x: g * (1.0 - ans * ans)
 def _sigmoid(x: Any) -> Any:
     # exp of a non-positive number only: no overflow for large |x|
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    r = 1.0 / (1.0 + e)
+    return np.where(x >= 0, r, e * r)
 
 
-sigmoid = _unary("sigmoid", _floatin(_sigmoid), lambda g, ans, x: g * ans * (1.0 - ans), (OUT,))
+sigmoid = _unary(
+    "sigmoid", _floatin(_sigmoid), lambda g, ans, x: g * ans * (1.0 - ans), (OUT,),
+    "``1 / (1 + exp(-x))``, without overflow for large ``|x|``.",
+)  # fmt: skip
 relu = _unary(
     "relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-    lambda g, ans, x: g * (ans > 0), (OUT,),
+    lambda g, ans, x: g * (ans > 0), (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
 )  # fmt: skip
 erf = _unary(
-    "erf",
-    _floatin(_erf_array),
-    lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * exp(-(x * x)),
+    "erf", _floatin(_special.erf), lambda g, ans, x: g * _TWO_OVER_SQRT_PI * exp(-(x * x)),
+    doc="The error function (float64-accurate rational approximation).",
+)  # fmt: skip
+# a primitive rather than log1p(exp(x)): stable for large |x| without a where on both branches
+_softplus = defprim(
+    "softplus",
+    _floatin(lambda x: np.logaddexp(x, 0).astype(x.dtype, copy=False)),
+    lambda g, ans, x: g * sigmoid(x),
+    (0,),
 )
 
 
-def _softplus(x: Any) -> Any:
-    return np.logaddexp(x, 0).astype(x.dtype, copy=False)
-
-
-softplus_prim = defprim("softplus", _floatin(_softplus), lambda g, ans, x: g * sigmoid(x), (0,))
-
-
-def zeros_like_grad(g: Tensor) -> Tensor:
-    return g * 0.0
-
-
 def _zero_grad(name: str, f: Any) -> Any:
-    return _unary(name, f, lambda g, ans, x: zeros_like_grad(g), (), f"Elementwise {name}; its gradient is zero.")
+    return _unary(
+        name, f, lambda g, ans, x: _zeros(g), (), f"Elementwise ``{name}``; zero gradient."
+    )
 
 
 floor = _zero_grad("floor", np.floor)
 ceil = _zero_grad("ceil", np.ceil)
-round = _zero_grad("round", np.round)
+round = _zero_grad("round", np.round)  # halves to even, as numpy and PyTorch
 trunc = _zero_grad("trunc", np.trunc)
 
 
 def isnan(x: Any) -> Tensor:
     """Elementwise NaN test as a bool tensor."""
-    return _from_bool(np.isnan(as_tensor(x)._data))
+    return _wrap(np.isnan(as_tensor(x)._data))
 
 
 def isfinite(x: Any) -> Tensor:
     """Elementwise finiteness test as a bool tensor."""
-    return _from_bool(np.isfinite(as_tensor(x)._data))
+    return _wrap(np.isfinite(as_tensor(x)._data))
 
 
 def isinf(x: Any) -> Tensor:
     """Elementwise infinity test as a bool tensor."""
-    return _from_bool(np.isinf(as_tensor(x)._data))
+    return _wrap(np.isinf(as_tensor(x)._data))
 
 
 # --- binary ----------------------------------------------------------------------------------
+def _pow_fwd(x: Any, y: Any) -> Any:
+    if isinstance(y, int) and y < 0 and x.dtype.kind in "biu":
+        x = x.astype(default_float())  # numpy refuses integers to negative integer powers
+    return np.power(x, y)
+
+
+def _pow_vjp_x(g: Tensor, ans: Any, x: Any, y: Any) -> Tensor:
+    if isinstance(y, Tensor):
+        # y == 0 gives 0 even at x == 0, where x ** (y - 1) is infinite (as PyTorch)
+        return g * where(y == 0, 0.0, y * x ** (y - 1.0))
+    if y == 0:
+        return _zeros(g)
+    if y == 1:
+        return g
+    if y == 2:
+        return g * (2.0 * x)
+    return g * (y * x ** (y - 1))
+
+
+def _pow_vjp_y(g: Tensor, ans: Tensor, x: Any, y: Any) -> Tensor:
+    # d(x ** y)/dy = x ** y * log(x); taken as 0 where x <= 0, where log is undefined
+    if not isinstance(x, Tensor):
+        return g * ans * (math.log(x) if x > 0 else 0.0)
+    return g * ans * log(where(x > 0, x, 1.0))
+
+
 _add = defprim("add", np.add, (lambda g, ans, x, y: g, lambda g, ans, x, y: g))
 _sub = defprim("sub", np.subtract, (lambda g, ans, x, y: g, lambda g, ans, x, y: -g))
 _mul = defprim("mul", np.multiply, (lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x), (0, 1))
@@ -136,23 +171,7 @@ _div = defprim(
     (lambda g, ans, x, y: g / y, lambda g, ans, x, y: -g * ans / y),
     (1, OUT),
 )
-
-
-def _pow_fwd(x: Any, y: Any) -> Any:
-    if isinstance(y, int) and y < 0 and x.dtype.kind in "iu":
-        x = x.astype(np.float32)
-    return np.power(x, y)
-
-
-_pow = defprim(
-    "pow",
-    _pow_fwd,
-    (
-        lambda g, ans, x, y: g * y * x ** (y - 1) if not isinstance(y, Tensor) else g * y * x ** (y - 1.0),
-        lambda g, ans, x, y: g * ans * log(where(x > 0, x, 1.0)) * (x > 0),
-    ),
-    (0, 1, OUT),
-)
+_pow = defprim("pow", _pow_fwd, (_pow_vjp_x, _pow_vjp_y), (0, 1, OUT))
 _maximum = defprim(
     "maximum",
     np.maximum,
@@ -189,67 +208,80 @@ _remainder = defprim(
 _floor_divide = defprim(
     "floor_divide",
     np.floor_divide,
-    (lambda g, ans, x, y: zeros_like_grad(g), lambda g, ans, x, y: zeros_like_grad(g)),
+    (lambda g, ans, x, y: _zeros(g), lambda g, ans, x, y: _zeros(g)),
 )
 
 
-def _tie_weight(a: Tensor, b: Any, larger: bool) -> Tensor:
+def _tie_weight(a: Any, b: Any, larger: bool) -> Tensor:
     """1 where ``a`` wins, 0.5 on ties (PyTorch splits the gradient of max/min ties evenly)."""
+    a = as_tensor(a)
     win = (a > b) if larger else (a < b)
-    return win.astype(a.dtype) + (a == b).astype(a.dtype) * 0.5
+    return _wrap(win._data + (a == b)._data * 0.5)
 
 
-def add(x: Any, y: Any) -> Tensor:
-    """``x + y`` with numpy broadcasting."""
-    x, y = operands(x, y)
-    return apply(_add, x, y)
+def _binary(prim: Any, name: str, doc: str) -> Any:
+    def op(x: Any, y: Any) -> Tensor:
+        # two tensors of one dtype skip the promotion call (the benchmarked hot path)
+        if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x._data.dtype is y._data.dtype):
+            x, y = operands(x, y)
+        return apply(prim, x, y)  # apply names the op and both shapes if they do not broadcast
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
 
-def subtract(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_sub, x, y)
+add = _binary(
+    _add,
+    "add",
+    """``x + y`` with numpy broadcasting and PyTorch's dtype promotion.
 
+    >>> import tapegrad as tg
+    >>> (tg.ones((2, 3)) + tg.arange(3)).tolist()
+    [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+    """,
+)
+subtract = _binary(_sub, "subtract", "``x - y`` with broadcasting.")
+multiply = _binary(_mul, "multiply", "``x * y`` with broadcasting.")
+pow = _binary(
+    _pow,
+    "pow",
+    """``x ** y``; ``y`` a tensor or a Python number.
 
-def multiply(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_mul, x, y)
+    The gradient for ``y`` is ``x ** y * log(x)``, taken as 0 where ``x <= 0``.
+
+    >>> import tapegrad as tg
+    >>> tg.pow(tg.tensor([2.0, 3.0]), 2).tolist()
+    [4.0, 9.0]
+    """,
+)
+maximum = _binary(
+    _maximum, "maximum", "Elementwise maximum; a tie gives half the gradient to each side."
+)
+minimum = _binary(
+    _minimum, "minimum", "Elementwise minimum; a tie gives half the gradient to each side."
+)
+atan2 = _binary(
+    _atan2, "atan2", "``arctan(x / y)`` in the right quadrant (numpy's ``arctan2(x1, x2)``)."
+)
+remainder = _binary(
+    _remainder, "remainder", "``x mod y`` with the sign of ``y`` (Python's ``%``, torch.remainder)."
+)
+floor_divide = _binary(
+    _floor_divide, "floor_divide", "``floor(x / y)`` (Python's ``//``); zero gradient."
+)
 
 
 def divide(x: Any, y: Any) -> Tensor:
+    """``x / y`` (true division: two integer operands give the default float, as PyTorch)."""
     x, y = operands(x, y)
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if (not xt or x._data.dtype.kind in "biu") and (not yt or y._data.dtype.kind in "biu"):
+        if xt:
+            x = x.astype(default_float())
+        else:
+            y = y.astype(default_float())
     return apply(_div, x, y)
-
-
-def pow(x: Any, y: Any) -> Tensor:
-    """``x ** y``; ``y`` a tensor or a Python number. The gradient for ``y`` needs ``x > 0``."""
-    x, y = operands(x, y)
-    return apply(_pow, x, y)
-
-
-def maximum(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_maximum, x, y)
-
-
-def minimum(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_minimum, x, y)
-
-
-def atan2(x: Any, y: Any) -> Tensor:
-    """``arctan(x / y)`` by quadrant (numpy's ``arctan2(x1, x2)``)."""
-    x, y = operands(x, y)
-    return apply(_atan2, x, y)
-
-
-def remainder(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_remainder, x, y)
-
-
-def floor_divide(x: Any, y: Any) -> Tensor:
-    x, y = operands(x, y)
-    return apply(_floor_divide, x, y)
 
 
 sub, mul, div, true_divide = subtract, multiply, divide, divide
@@ -261,17 +293,14 @@ def _cmp(name: str, f: Any) -> Any:
         x, y = operands(x, y)
         a = x._data if isinstance(x, Tensor) else x
         b = y._data if isinstance(y, Tensor) else y
-        return _from_bool(f(a, b))
+        try:
+            return _wrap(np.asarray(f(a, b)))
+        except ValueError as e:
+            raise (broadcast_error(name, x, y) or e) from None
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise ``{name}`` as a bool tensor (no gradient)."
     return op
-
-
-def _from_bool(a: Any) -> Tensor:
-    from .._tensor import _wrap  # noqa: PLC0415
-
-    return _wrap(np.asarray(a) if not hasattr(a, "dtype") else a)
 
 
 equal = _cmp("equal", np.equal)
@@ -286,7 +315,8 @@ logical_xor = _cmp("logical_xor", np.logical_xor)
 
 
 def logical_not(x: Any) -> Tensor:
-    return _from_bool(np.logical_not(as_tensor(x)._data))
+    """Elementwise ``not`` as a bool tensor."""
+    return _wrap(np.logical_not(as_tensor(x)._data))
 
 
 # --- where, clip, nan_to_num -----------------------------------------------------------------
@@ -299,52 +329,76 @@ _where = defprim(
 
 
 def where(condition: Any, x: Any, y: Any) -> Tensor:
-    """``x`` where ``condition`` holds, else ``y`` (broadcast together)."""
+    """``x`` where ``condition`` holds, else ``y`` (all three broadcast together).
+
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([-1.0, 2.0])
+    >>> tg.where(x > 0, x, 0.0).tolist()
+    [0.0, 2.0]
+    """
     c = as_tensor(condition)
-    if c.dtype.kind != "b":
-        c = c != 0
-    x, y = operands(x, y)
+    if c._data.dtype.kind != "b":
+        c = _wrap(c._data != 0)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         x = as_tensor(x)
+    x, y = operands(x, y)
     return apply(_where, c, x, y)
 
 
 def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
-    """Clamp to ``[min, max]``; the gradient passes where ``x`` is inside (PyTorch's clamp)."""
+    """Clamp to ``[min, max]`` (PyTorch's clamp: ``minimum(maximum(x, min), max)``).
+
+    The gradient passes where ``x`` is inside, and to tensor bounds where they bind.
+
+    >>> import tapegrad as tg
+    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0]), -1.0, 1.0).tolist()
+    [-1.0, 0.5, 1.0]
+    """
     x = as_tensor(x)
     if min is None and max is None:
         raise ValueError("clip: give min, max or both")
     out = x
     if min is not None:
-        out = where(x >= min, out, min if not isinstance(min, Tensor) else min.astype(x.dtype))
+        out = where(out >= min, out, min)
     if max is not None:
-        out = where(x <= max, out, max if not isinstance(max, Tensor) else max.astype(x.dtype))
+        out = where(out <= max, out, max)
     return out
 
 
-def nan_to_num(x: Any, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
-    """Replace NaN and infinities; the gradient passes where ``x`` was finite."""
+def nan_to_num(
+    x: Any, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+) -> Tensor:
+    """Replace NaN and infinities (by default with 0 and the dtype's extremes).
+
+    The gradient passes where ``x`` was finite.
+    """
     x = as_tensor(x)
-    fi = np.finfo(x.dtype) if x.dtype.kind == "f" else None
-    posinf = posinf if posinf is not None else (fi.max if fi else 0)
-    neginf = neginf if neginf is not None else (fi.min if fi else 0)
+    if x._data.dtype.kind not in "fc":
+        return x
     repl = np.nan_to_num(x._data, nan=nan, posinf=posinf, neginf=neginf)
-    return where(isfinite(x), x, _from_bool(repl))
+    return where(isfinite(x), x, _wrap(repl))
 
 
 # --- activations (compositions; no gradient code) --------------------------------------------
 def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
+    """``x`` for ``x > 0``, else ``negative_slope * x``."""
     x = as_tensor(x)
     return where(x > 0, x, x * negative_slope)
 
 
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
     x = as_tensor(x)
-    return where(x > 0, x, (exp(minimum(x, 0.0)) - 1.0) * alpha)
+    return where(x > 0, x, expm1(minimum(x, 0.0)) * alpha)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
-    """GELU: ``x * Phi(x)`` (approximate='none') or the tanh form (approximate='tanh')."""
+    """GELU: ``x * Phi(x)`` with the erf form (``approximate='none'``) or the tanh form.
+
+    >>> import tapegrad as tg
+    >>> f"{tg.gelu(tg.tensor(1.0)).item():.4f} {tg.gelu(tg.tensor(1.0), 'tanh').item():.4f}"
+    '0.8413 0.8412'
+    """
     x = as_tensor(x)
     if approximate == "tanh":
         return 0.5 * x * (1.0 + tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
@@ -354,15 +408,13 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
 
 
 def silu(x: Any) -> Tensor:
+    """``x * sigmoid(x)`` (swish)."""
     x = as_tensor(x)
     return x * sigmoid(x)
 
 
 def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """``log(1 + exp(beta x)) / beta``, linear above ``threshold`` (as PyTorch)."""
+    """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold`` (as PyTorch)."""
     x = as_tensor(x)
-    if beta == 1.0:
-        sp = apply(softplus_prim, x)
-    else:
-        sp = apply(softplus_prim, x * beta) / beta
+    sp = apply(_softplus, x) if beta == 1.0 else apply(_softplus, x * beta) / beta
     return where(x * beta > threshold, x, sp)

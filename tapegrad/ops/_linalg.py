@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Any
 
 from .._backend import np
 from .._tape import apply, defprim
-from .._tensor import Tensor
-from ._common import as_tensor, operands
-from ._shape import expand_dims, reshape, swapaxes
+from .._tensor import Tensor, _wrap
+from ._common import as_tensor, check_axis, operands, result_dtype
+from ._shape import broadcast_to, expand_dims, reshape, swapaxes
 
 
 def _mT(x: Tensor) -> Tensor:
@@ -22,7 +23,10 @@ def _matmul_vjp_x(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
     if y.ndim == 1:
         return expand_dims(g, -1) * y  # (..., n, 1) * (k,) -> (..., n, k)
     if x.ndim == 1:
-        return reshape(matmul(expand_dims(g, -2), _mT(y)), (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],))
+        return reshape(
+            matmul(expand_dims(g, -2), _mT(y)),
+            (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],),
+        )
     return matmul(g, _mT(y))
 
 
@@ -72,44 +76,74 @@ def matmul(x: Any, y: Any) -> Tensor:
 
 
 def outer(x: Any, y: Any) -> Tensor:
-    """Outer product of two 1-D tensors."""
+    """Outer product ``out[i, j] = x[i] * y[j]`` of two 1-D tensors (others are flattened).
+
+    >>> import tapegrad as tg
+    >>> tg.outer(tg.tensor([1, 2]), tg.tensor([1, 10, 100])).tolist()
+    [[1, 10, 100], [2, 20, 200]]
+    """
     x, y = as_tensor(x), as_tensor(y)
     return reshape(x, (-1, 1)) * reshape(y, (1, -1))
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _einsum_vjp(i: int) -> Any:
     def vjp(g: Tensor, ans: Any, *ops: Tensor, subscripts: str) -> Tensor:
         ins, out = subscripts.split("->")
         terms = ins.split(",")
-        others = [t for j, t in enumerate(terms) if j != i]
         target = terms[i]
-        # letters of input i that appear nowhere else were summed: broadcast them back
+        others = [t for j, t in enumerate(terms) if j != i]
+        other_ops = [o for j, o in enumerate(ops) if j != i]
+        uniq = "".join(dict.fromkeys(target))  # target's letters, each once, in order
+        # letters that only input i has (and the output lacks) were summed: broadcast them back
         rest = set(out + "".join(others))
-        kept = "".join(c for c in target if c in rest)
-        r = einsum(",".join([out, *others]) + "->" + kept, g, *[o for j, o in enumerate(ops) if j != i])
-        if kept != target:
-            from ._shape import broadcast_to  # noqa: PLC0415
-
-            shape = ops[i].shape
-            exp = "".join(c if c in rest else "" for c in target)
-            r = reshape(r, tuple(shape[k] if target[k] in exp else 1 for k in range(len(target))))
-            r = broadcast_to(r, shape)
-        if len(set(target)) != len(target):  # a repeated letter (a diagonal): rebuild the diagonal
-            raise NotImplementedError(f"einsum: gradient of repeated subscripts in '{target}'")
-        return r
+        kept = "".join(c for c in uniq if c in rest)
+        r = einsum(",".join([out, *others]) + "->" + kept, g, *other_ops)
+        if kept != uniq:
+            size = dict(zip(target, ops[i].shape))
+            size.update(zip(kept, r.shape))
+            r = reshape(r, tuple(size[c] if c in kept else 1 for c in uniq))
+            r = broadcast_to(r, tuple(size[c] for c in uniq))
+        if uniq == target:
+            return r
+        # a repeated letter reads a diagonal: put the gradient back on it with identity factors
+        free = iter(c for c in _LETTERS if c not in subscripts)
+        seen: set[str] = set()
+        spread = ""
+        deltas: list[str] = []
+        for c in target:
+            if c in seen:
+                d = next(free)
+                deltas.append(c + d)
+                spread += d
+            else:
+                seen.add(c)
+                spread += c
+        n = dict(zip(target, ops[i].shape))
+        eyes = [_wrap(np.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
+        return einsum(",".join([uniq, *deltas]) + "->" + spread, r, *eyes)
 
     return vjp
 
 
 _EINSUM: dict[int, Any] = {}
+_BLAS_FROM = 4096  # elements; below it einsum's own loops beat the path search + BLAS call
+
+
+def _einsum_fwd(*ops: Any, subscripts: str) -> Any:
+    big = len(ops) > 2 or builtins.any(o.size >= _BLAS_FROM for o in ops)
+    return np.einsum(subscripts, *ops, optimize=big)
 
 
 def _einsum_prim(n: int) -> Any:
+    # one primitive per arity, so each operand has its own VJP slot
     p = _EINSUM.get(n)
     if p is None:
         p = defprim(
             f"einsum{n}" if n != 2 else "einsum",
-            lambda *ops, subscripts: np.einsum(subscripts, *ops, optimize=len(ops) > 2),
+            _einsum_fwd,
             tuple(_einsum_vjp(i) for i in range(n)),
             tuple(range(n)),
         )
@@ -134,7 +168,13 @@ def _explicit(subscripts: str, ops: list[Tensor]) -> str:
         if "->" in s:
             out = s.split("->")[1].replace("...", ell)
         else:
-            out = ell + "".join(sorted(c for c in set("".join(new_ins)) if "".join(new_ins).count(c) == 1 and c not in ell))
+            out = ell + "".join(
+                sorted(
+                    c
+                    for c in set("".join(new_ins))
+                    if "".join(new_ins).count(c) == 1 and c not in ell
+                )
+            )
         return ",".join(new_ins) + "->" + out
     if "->" not in s:
         letters = "".join(s.split(","))
@@ -160,30 +200,47 @@ def einsum(subscripts: str, *operands_: Any) -> Tensor:
     sizes: dict[str, int] = {}
     for t, op in zip(terms, ops):
         if len(t) != op.ndim:
-            raise ValueError(f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}")
+            raise ValueError(
+                f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}"
+            )
         for c, n in zip(t, op.shape):
             if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
-                raise ValueError(f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}")
-    dt = np.result_type(*[o.dtype for o in ops])
+                raise ValueError(
+                    f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}"
+                )
+    dt = result_dtype(*[o.dtype for o in ops])
     ops = [o.astype(dt) for o in ops]
     return apply(_einsum_prim(len(ops)), *ops, subscripts=s)
 
 
 def tensordot(x: Any, y: Any, axes: Any = 2) -> Tensor:
-    """numpy's tensordot, as an einsum."""
+    """numpy's tensordot: sum over the last ``axes`` axes of ``x`` and the first of ``y``, or
+    over the pairs ``axes = (x_axes, y_axes)``; computed as an einsum.
+
+    >>> import tapegrad as tg
+    >>> tg.tensordot(tg.ones((2, 3, 4)), tg.ones((3, 4, 5))).shape
+    (2, 5)
+    """
     x, y = as_tensor(x), as_tensor(y)
-    if isinstance(axes, int):
-        ax, ay = list(range(x.ndim - axes, x.ndim)), list(range(axes))
+    if isinstance(axes, (int, np.integer)):
+        ax, ay = list(range(x.ndim - int(axes), x.ndim)), list(range(int(axes)))
     else:
         ax, ay = axes
-        ax = [ax] if isinstance(ax, int) else list(ax)
-        ay = [ay] if isinstance(ay, int) else list(ay)
-    ax = [a % x.ndim for a in ax]
-    ay = [a % y.ndim for a in ay]
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
+        ax = [ax] if isinstance(ax, (int, np.integer)) else list(ax)
+        ay = [ay] if isinstance(ay, (int, np.integer)) else list(ay)
+    ax = [check_axis(int(a), x.ndim, "tensordot") for a in ax]
+    ay = [check_axis(int(a), y.ndim, "tensordot") for a in ay]
+    if len(ax) != len(ay) or builtins.any(x.shape[a] != y.shape[b] for a, b in zip(ax, ay)):
+        raise ValueError(
+            f"tensordot: cannot contract axes {ax} of {x.shape} with axes {ay} of {y.shape}; "
+            "the paired axes must have equal sizes"
+        )
+    letters = iter(_LETTERS)
     lx = [next(letters) for _ in range(x.ndim)]
     ly = [next(letters) for _ in range(y.ndim)]
     for a, b in zip(ax, ay):
         ly[b] = lx[a]
-    out = [c for i, c in enumerate(lx) if i not in ax] + [c for i, c in enumerate(ly) if i not in ay]
+    out = [c for i, c in enumerate(lx) if i not in ax] + [
+        c for i, c in enumerate(ly) if i not in ay
+    ]
     return einsum("".join(lx) + "," + "".join(ly) + "->" + "".join(out), x, y)

@@ -1,4 +1,4 @@
-"""Reductions over ``axis`` (int, tuple or None) with ``keepdims``."""
+"""Reductions over ``axis`` (int, tuple or None) with ``keepdims``, and cumulative ops."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import builtins
 from typing import Any
 
 from .._backend import np
+from .._dtypes import default_float
 from .._tape import OUT, apply, defprim
 from .._tensor import Tensor, _wrap
-from ._common import as_tensor, normalize_axis
+from ._common import as_tensor, check_axis, normalize_axis
 
 
 def _expand(g: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Tensor:
@@ -16,8 +17,7 @@ def _expand(g: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, 
     from ._shape import broadcast_to, reshape  # noqa: PLC0415
 
     if not keepdims:
-        kshape = tuple(1 if i in axes else n for i, n in enumerate(shape))
-        g = reshape(g, kshape)
+        g = reshape(g, tuple(1 if i in axes else n for i, n in enumerate(shape)))
     return broadcast_to(g, shape)
 
 
@@ -29,6 +29,26 @@ def _keep(ans: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, 
     return reshape(ans, tuple(1 if i in axes else n for i, n in enumerate(shape)))
 
 
+def _extreme_vjp(
+    g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any
+) -> Tensor:
+    # ties share the gradient evenly (as torch.amax); the mask is a constant
+    a = (
+        ans._data
+        if keepdims
+        else ans._data.reshape([1 if i in axis else n for i, n in enumerate(shape)])
+    )
+    m = (x._data == a).astype(x.dtype)
+    m /= m.sum(axis=axis, keepdims=True)
+    return _expand(g, axis, keepdims, shape) * _wrap(m)
+
+
+def _prod_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any) -> Tensor:
+    if builtins.bool((x._data != 0).all()):
+        return _expand(g, axis, keepdims, shape) * _keep(ans, axis, keepdims, shape) / x
+    return _expand(g, axis, keepdims, shape) * _prod_of_others(x, axis)
+
+
 _sum = defprim(
     "sum",
     lambda x, axis, keepdims, shape: np.sum(x, axis=axis, keepdims=keepdims),
@@ -37,45 +57,39 @@ _sum = defprim(
 _prod = defprim(
     "prod",
     lambda x, axis, keepdims, shape: np.prod(x, axis=axis, keepdims=keepdims),
-    # exact for inputs without zeros; with zeros, the product of the others (cumprod trick)
-    lambda g, ans, x, axis, keepdims, shape: _prod_grad(g, ans, x, axis, keepdims, shape),
+    _prod_vjp,
     (0, OUT),
 )
-
-
-def _amax_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any) -> Tensor:
-    # ties share the gradient evenly (as torch.amax)
-    m = (x == _keep(ans, axis, keepdims, shape)).astype(x.dtype)
-    return _expand(g, axis, keepdims, shape) * m / sum(m, axis=axis, keepdims=True)
-
-
 _amax = defprim(
     "amax",
     lambda x, axis, keepdims, shape: np.amax(x, axis=axis, keepdims=keepdims),
-    _amax_vjp,
+    _extreme_vjp,
     (0, OUT),
 )
 _amin = defprim(
     "amin",
     lambda x, axis, keepdims, shape: np.amin(x, axis=axis, keepdims=keepdims),
-    _amax_vjp,
+    _extreme_vjp,
     (0, OUT),
 )
 
 
-def _prod_grad(g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any) -> Tensor:
-    from ._elementwise import where  # noqa: PLC0415
+def _prod_of_others(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Per element, the product of the other elements over ``axes``: exact with zeros and
+    differentiable again (exclusive cumulative products from both ends, as PyTorch does)."""
+    from ._shape import concat, flip, permute_dims, reshape  # noqa: PLC0415
 
-    nz = x != 0
-    if builtins.bool(nz._data.all()):
-        return _expand(g, axis, keepdims, shape) * _keep(ans, axis, keepdims, shape) / x
-    # product of the other elements: prod over the axis with x replaced by 1 at one zero,
-    # computed as prod(where(x==0, 1, x)) / where(x==0, 1, x), masked where >1 zero exists
-    safe = where(nz, x, 1.0)
-    p = prod(safe, axis=axis, keepdims=True)
-    zeros = sum((~nz).astype(x.dtype), axis=axis, keepdims=True)
-    others = where(nz, where(zeros > 0, 0.0 * x, p / safe), where(zeros > 1, 0.0 * x, p + 0.0 * x))
-    return _expand(g, axis, keepdims, shape) * others
+    rest = tuple(i for i in range(x.ndim) if i not in axes)
+    perm = rest + tuple(axes)
+    xm = permute_dims(x, perm)
+    flat = reshape(xm, xm.shape[: len(rest)] + (-1,))  # (..., n): the reduced axes as one
+    one = _wrap(np.ones(flat.shape[:-1] + (1,), dtype=x.dtype))
+
+    def exclusive(t: Tensor) -> Tensor:  # [1, t0, t0 t1, ...]
+        return cumprod(concat([one, t[..., :-1]], axis=-1), axis=-1)
+
+    others = exclusive(flat) * flip(exclusive(flip(flat, -1)), -1)
+    return permute_dims(reshape(others, xm.shape), tuple(int(i) for i in np.argsort(perm)))
 
 
 def _reduce(prim: Any, x: Any, axis: Any, keepdims: bool, name: str) -> Tensor:
@@ -84,8 +98,15 @@ def _reduce(prim: Any, x: Any, axis: Any, keepdims: bool, name: str) -> Tensor:
     return apply(prim, x, axis=axes, keepdims=keepdims, shape=x.shape)
 
 
+def _count(x: Tensor, axes: tuple[int, ...]) -> int:
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    return n
+
+
 def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
-    """Sum over ``axis`` (int, tuple or None for all).
+    """Sum over ``axis`` (an int, a tuple, or None for all); bools and ints sum to int64.
 
     >>> import tapegrad as tg
     >>> tg.sum(tg.ones((2, 3)), axis=1).tolist()
@@ -94,26 +115,33 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> 
     x = as_tensor(x)
     if dtype is not None:
         x = x.astype(dtype)
-    elif x.dtype.kind == "b":
+    elif x.dtype.kind in "bi":
         x = x.astype(np.int64)
     return _reduce(_sum, x, axis, keepdims, "sum")
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Product over ``axis``; the gradient is exact where inputs are zero."""
+    x = as_tensor(x)
+    if x.dtype.kind in "bi":
+        x = x.astype(np.int64)
     return _reduce(_prod, x, axis, keepdims, "prod")
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axis``."""
+    """Mean over ``axis`` (integers give the default float).
+
+    >>> import tapegrad as tg
+    >>> tg.mean(tg.tensor([[1.0, 2.0], [3.0, 5.0]]), axis=0).tolist()
+    [2.0, 3.5]
+    """
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "mean")
     if x.dtype.kind not in "fc":
-        x = x.astype(np.float32)
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
+        x = x.astype(default_float())
+    n = _count(x, axes)
     if n == 0:
-        raise ValueError(f"mean: reducing axis {axis!r} of an empty tensor of shape {x.shape}")
+        raise ValueError(f"mean: axis {axis!r} of a tensor of shape {x.shape} has no elements")
     return apply(_sum, x, axis=axes, keepdims=keepdims, shape=x.shape) * (1.0 / n)
 
 
@@ -124,7 +152,12 @@ def _nonempty(x: Tensor, axes: tuple[int, ...], name: str) -> None:
 
 
 def amax(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Maximum over ``axis``. Tied maxima split the gradient evenly (as torch.amax)."""
+    """Maximum over ``axis``. Tied maxima split the gradient evenly (as torch.amax).
+
+    >>> import tapegrad as tg
+    >>> tg.amax(tg.tensor([[1.0, 5.0], [7.0, 2.0]]), axis=1).tolist()
+    [5.0, 7.0]
+    """
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "amax")
     _nonempty(x, axes, "amax")
@@ -139,48 +172,72 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return apply(_amin, x, axis=axes, keepdims=keepdims, shape=x.shape)
 
 
+# numpy's names; unlike torch.max(x, dim) they return the values only (use argmax for indices)
 max, min = amax, amin
 
 
 def var(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:
-    """Variance with ``correction`` (0: population, 1: Bessel's; the Array API's argument)."""
+    """Variance over ``axis`` with ``correction`` (0: population, 1: Bessel's; Array API).
+
+    >>> import tapegrad as tg
+    >>> f"{tg.var(tg.tensor([1.0, 2.0, 3.0, 4.0]), correction=1).item():.4f}"
+    '1.6667'
+    """
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "var")
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
+    n = _count(x, axes)
+    if n - correction <= 0:
+        raise ValueError(
+            f"var: {n} elements over axis {axis!r} (shape {x.shape}) with correction="
+            f"{correction} leave no degrees of freedom; use correction=0 or more elements"
+        )
     d = x - mean(x, axis=axes, keepdims=True)
-    return sum(d * d, axis=axes, keepdims=keepdims) * (1.0 / builtins.max(n - correction, 0))
+    return sum(d * d, axis=axes, keepdims=keepdims) * (1.0 / (n - correction))
 
 
 def std(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:
+    """Standard deviation: ``sqrt(var(x, axis, keepdims, correction))``."""
     from ._elementwise import sqrt  # noqa: PLC0415
 
     return sqrt(var(x, axis=axis, keepdims=keepdims, correction=correction))
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """``log(sum(exp(x)))``, shifted by the max for stability."""
+    """``log(sum(exp(x)))`` over ``axis``, shifted by the max so large inputs do not overflow.
+
+    >>> import tapegrad as tg
+    >>> f"{tg.logsumexp(tg.tensor([1000.0, 1000.0], dtype=tg.float64)).item():.4f}"
+    '1000.6931'
+    """
     from ._elementwise import exp, log  # noqa: PLC0415
-    from ._shape import squeeze  # noqa: PLC0415
+    from ._shape import reshape  # noqa: PLC0415
 
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "logsumexp")
-    m = _wrap(np.amax(x._data, axis=axes, keepdims=True))  # a constant shift: no gradient
-    m = _wrap(np.where(np.isfinite(m._data), m._data, 0).astype(x.dtype, copy=False))
+    _nonempty(x, axes, "logsumexp")
+    m = np.amax(x._data, axis=axes, keepdims=True)
+    m = _wrap(np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False))  # a constant shift
     out = log(sum(exp(x - m), axis=axes, keepdims=True)) + m
-    return out if keepdims else squeeze(out, axes)
+    if keepdims:
+        return out
+    return reshape(out, tuple(n for i, n in enumerate(x.shape) if i not in axes))
 
 
 def _arg(f: Any, name: str) -> Any:
     def op(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
         x = as_tensor(x)
         if axis is not None:
-            normalize_axis(axis, x.ndim, name)
-        return _wrap(np.asarray(f(x._data, axis=axis, keepdims=keepdims)).astype(np.int64, copy=False))
+            axis = check_axis(axis, x.ndim, name)
+            if x.ndim == 0:
+                axis = None
+        if x.size == 0:
+            raise ValueError(f"{name}: the tensor of shape {x.shape} is empty")
+        return _wrap(np.asarray(f(x._data, axis=axis, keepdims=keepdims), dtype=np.int64))
 
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Index of the {name[3:]} along ``axis`` (flattened when None); int64, no gradient."
+    op.__doc__ = (
+        f"Index of the {name[3:]} along ``axis`` (of the flattened tensor when None); int64."
+    )
     return op
 
 
@@ -189,81 +246,101 @@ argmin = _arg(np.argmin, "argmin")
 
 
 def all(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Whether every element over ``axis`` is true (non-zero), as a bool tensor."""
     x = as_tensor(x)
-    return _wrap(np.asarray(np.all(x._data, axis=normalize_axis(axis, x.ndim, "all"), keepdims=keepdims)))
+    axes = normalize_axis(axis, x.ndim, "all")
+    return _wrap(np.asarray(np.all(x._data, axis=axes, keepdims=keepdims)))
 
 
 def any(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Whether some element over ``axis`` is true (non-zero), as a bool tensor."""
     x = as_tensor(x)
-    return _wrap(np.asarray(np.any(x._data, axis=normalize_axis(axis, x.ndim, "any"), keepdims=keepdims)))
+    axes = normalize_axis(axis, x.ndim, "any")
+    return _wrap(np.asarray(np.any(x._data, axis=axes, keepdims=keepdims)))
 
 
+# --- cumulative ------------------------------------------------------------------------------
 def _cumsum_vjp(g: Tensor, ans: Any, x: Any, axis: int) -> Tensor:
     from ._shape import flip  # noqa: PLC0415
 
     return flip(cumsum(flip(g, axis), axis), axis)
 
 
-_cumsum = defprim("cumsum", lambda x, axis: np.cumsum(x, axis=axis), _cumsum_vjp)
-
-
-def cumsum(x: Any, axis: int | None = None) -> Tensor:
-    """Cumulative sum along ``axis`` (the flattened tensor when None)."""
-    x = as_tensor(x)
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    (axis,) = normalize_axis(axis, x.ndim, "cumsum")
-    return apply(_cumsum, x, axis=axis)
-
-
-def cumprod(x: Any, axis: int | None = None) -> Tensor:
-    """Cumulative product along ``axis``; composed from log/exp for positive inputs and a
-    running-product formula elsewhere (exact with zeros via the gradient of the primitive)."""
-    x = as_tensor(x)
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    (axis,) = normalize_axis(axis, x.ndim, "cumprod")
-    return apply(_cumprod, x, axis=axis)
-
-
 def _cumprod_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: int) -> Tensor:
     from ._elementwise import where  # noqa: PLC0415
-    from ._shape import flip  # noqa: PLC0415
+    from ._shape import flip, moveaxis  # noqa: PLC0415
 
     if builtins.bool((x._data != 0).all()):
         return flip(cumsum(flip(g * ans, axis), axis), axis) / x
-    # with zeros: d ans_j / d x_i = prod_{k<=j, k!=i} x_k; build it column by column
+    # with zeros: d ans_j / d x_i = prod_{k <= j, k != i} x_k, built for all i at once
     n = x.shape[axis]
-    from ._shape import concat, moveaxis  # noqa: PLC0415
-
-    xm = moveaxis(x, axis, -1)
+    xm = moveaxis(x, axis, -1)  # (..., n)
+    eye = _wrap(np.eye(n, dtype=bool).reshape((n,) + (1,) * (xm.ndim - 1) + (n,)))
+    others = where(eye, 1.0, xm)  # (n_i, ..., n_k): x with x_i replaced by 1
+    cp = cumprod(others, axis=-1)  # (n_i, ..., n_j)
+    upper = _wrap(np.triu(np.ones((n, n), dtype=x.dtype)).reshape(eye.shape))  # j >= i
     gm = moveaxis(g, axis, -1)
-    cols = []
-    for i in range(n):
-        others = where(_onehot_mask(n, i, xm), 1.0 + 0.0 * xm, xm)
-        cp = cumprod(others, axis=-1)
-        contrib = sum((gm * cp)[..., i:], axis=-1, keepdims=True)
-        cols.append(contrib)
-    return moveaxis(concat(cols, axis=-1), -1, axis)
+    contrib = sum(gm * cp * upper, axis=-1)  # (n_i, ...)
+    return moveaxis(contrib, 0, axis)
 
 
-def _onehot_mask(n: int, i: int, like: Tensor) -> Tensor:
-    m = np.zeros(n, dtype=bool)
-    m[i] = True
-    return _wrap(np.broadcast_to(m, like.shape))
-
-
+_cumsum = defprim("cumsum", lambda x, axis: np.cumsum(x, axis=axis), _cumsum_vjp)
 _cumprod = defprim("cumprod", lambda x, axis: np.cumprod(x, axis=axis), _cumprod_vjp, (0, OUT))
 
 
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Vector p-norm over ``axis`` (default 2) or the Frobenius norm (``ord='fro'``)."""
-    from ._elementwise import abs as _abs  # noqa: PLC0415
-    from ._elementwise import sqrt  # noqa: PLC0415
+def _cumulative(prim: Any, x: Any, axis: int | None, name: str) -> Tensor:
+    from ._shape import reshape  # noqa: PLC0415
 
     x = as_tensor(x)
+    if x.dtype.kind in "bi":
+        x = x.astype(np.int64)
+    if axis is None or x.ndim == 0:
+        if axis is not None:
+            check_axis(axis, 0, name)
+        shape = x.shape
+        out = apply(prim, reshape(x, (-1,)), axis=0)
+        return out if axis is None else reshape(out, shape)
+    return apply(prim, x, axis=check_axis(axis, x.ndim, name))
+
+
+def cumsum(x: Any, axis: int | None = None) -> Tensor:
+    """Cumulative sum along ``axis`` (of the flattened tensor when None).
+
+    >>> import tapegrad as tg
+    >>> tg.cumsum(tg.tensor([1, 2, 3]), axis=0).tolist()
+    [1, 3, 6]
+    """
+    return _cumulative(_cumsum, x, axis, "cumsum")
+
+
+def cumprod(x: Any, axis: int | None = None) -> Tensor:
+    """Cumulative product along ``axis`` (flattened when None); gradients exact with zeros."""
+    return _cumulative(_cumprod, x, axis, "cumprod")
+
+
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Vector p-norm over ``axis`` (2 by default; all axes when None, which for a matrix is the
+    Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, or inf.
+
+    The 2-norm has gradient 0 at 0 (as PyTorch), not NaN.
+
+    >>> import tapegrad as tg
+    >>> tg.norm(tg.tensor([3.0, 4.0])).item()
+    5.0
+    """
+    from ._elementwise import abs as _abs  # noqa: PLC0415
+    from ._elementwise import sqrt, where  # noqa: PLC0415
+
+    x = as_tensor(x)
+    if x.dtype.kind not in "fc":
+        x = x.astype(default_float())
     if ord in (None, 2, "fro"):
-        return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
+        s = sum(x * x, axis=axis, keepdims=keepdims)
+        zero = s == 0
+        if not builtins.bool(zero._data.any()):
+            return sqrt(s)
+        # the double-where keeps d sqrt/ds (infinite at 0) out of the gradient
+        return where(zero, 0.0, sqrt(where(zero, 1.0, s)))
     if ord == 1:
         return sum(_abs(x), axis=axis, keepdims=keepdims)
     if ord in (float("inf"), "inf"):

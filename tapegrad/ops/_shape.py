@@ -9,7 +9,7 @@ from typing import Any
 from .._backend import np
 from .._tape import apply, defprim
 from .._tensor import Tensor, _wrap
-from ._common import as_tensor, normalize_axis
+from ._common import as_tensor, check_axis, normalize_axis, operands, result_dtype
 
 
 def _as_shape(shape: Any) -> tuple[int, ...]:
@@ -98,13 +98,13 @@ def _reflect_grad_vjp(gg: Tensor, ans: Any, g: Any, pad_width: Any, mode: str) -
 _pad = defprim("pad", _pad_fwd, _pad_vjp)
 _pad_reflect_grad = defprim("pad_grad", _reflect_grad_fwd, _reflect_grad_vjp)
 
-_flip = defprim(
-    "flip", lambda x, axis: np.flip(x, axis), lambda g, ans, x, axis: flip(g, axis)
-)
+_flip = defprim("flip", lambda x, axis: np.flip(x, axis), lambda g, ans, x, axis: flip(g, axis))
 _roll = defprim(
     "roll",
     lambda x, shift, axis: np.roll(x, shift, axis),
-    lambda g, ans, x, shift, axis: roll(g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axis),
+    lambda g, ans, x, shift, axis: roll(
+        g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axis
+    ),
 )
 _tril = defprim("tril", lambda x, k: np.tril(x, k), lambda g, ans, x, k: tril(g, k))
 _triu = defprim("triu", lambda x, k: np.triu(x, k), lambda g, ans, x, k: triu(g, k))
@@ -142,7 +142,10 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     x = as_tensor(x)
     if x.ndim == 0:
         return reshape(x, (1,))
-    s, e = normalize_axis(start_axis, x.ndim, "flatten")[0], normalize_axis(end_axis, x.ndim, "flatten")[0]
+    s, e = (
+        normalize_axis(start_axis, x.ndim, "flatten")[0],
+        normalize_axis(end_axis, x.ndim, "flatten")[0],
+    )
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :])
 
 
@@ -176,9 +179,13 @@ def permute_dims(x: Any, axes: Any = None) -> Tensor:
     x = as_tensor(x)
     if axes is None:
         axes = tuple(range(x.ndim - 1, -1, -1))
-    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    given = tuple(axes)
+    axes = tuple(check_axis(int(a), x.ndim, "permute_dims") for a in given)
     if sorted(axes) != list(range(x.ndim)):
-        raise ValueError(f"permute_dims: {axes} is not a permutation of the {x.ndim} axes of {x.shape}")
+        raise ValueError(
+            f"permute_dims: {given} is not a permutation of the {x.ndim} axes of a tensor of "
+            f"shape {x.shape}; name each axis once, e.g. {tuple(range(x.ndim))[::-1]}"
+        )
     if axes == tuple(range(x.ndim)):
         return x
     return apply(_permute, x, axes=axes)
@@ -241,12 +248,14 @@ def concat(xs: Any, axis: int = 0) -> Tensor:
     nd = xs[0].ndim
     (ax,) = normalize_axis(axis, builtins.max(nd, 1), "concat")
     for x in xs:
-        if x.ndim != nd or any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax):
+        if x.ndim != nd or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax
+        ):
             raise ValueError(
                 f"concat: shapes {[t.shape for t in xs]} differ outside axis {ax}; all must match "
                 "except along the axis they are joined on"
             )
-    dt = np.result_type(*[x.dtype for x in xs])
+    dt = result_dtype(*[x.dtype for x in xs])
     xs = [x.astype(dt) for x in xs]
     if len(xs) == 1:
         return xs[0]
@@ -295,19 +304,40 @@ def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
     return split(x, list(range(step, n, step)), axis=ax)
 
 
+_PAD_MODES = ("constant", "reflect", "edge", "symmetric", "wrap")
+
+
 def pad(x: Any, pad_width: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
-    """numpy-style padding: ``pad_width`` is ((before, after),) per axis, or one pair / int."""
+    """numpy-style padding. ``pad_width``: an int (every side), a ``(before, after)`` pair
+    (every axis) or one pair per axis. ``mode``: 'constant' (with ``value``), 'reflect'
+    (mirror without repeating the edge), 'edge', 'symmetric' or 'wrap'.
+
+    >>> import tapegrad as tg
+    >>> tg.pad(tg.tensor([1, 2, 3]), (2, 1), mode="reflect").tolist()
+    [3, 2, 1, 2, 3, 2]
+    """
     x = as_tensor(x)
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64).reshape(-1, 2) if np.ndim(pad_width) else np.asarray([[pad_width, pad_width]]), (x.ndim, 2))
-    pw = tuple((int(a), int(b)) for a, b in pw)
+    pw = np.asarray(pad_width)
+    if pw.dtype.kind not in "iu" or pw.shape not in ((), (1,), (2,), (1, 2), (x.ndim, 2)):
+        raise ValueError(
+            f"pad: pad_width must be an int, a (before, after) pair or one pair per axis "
+            f"({x.ndim} pairs for shape {x.shape}), got {pad_width!r}"
+        )
+    pairs = pw if pw.ndim == 2 and pw.shape[0] == x.ndim else pw.reshape(1, -1)
+    pw = tuple((int(a), int(b)) for a, b in np.broadcast_to(pairs, (x.ndim, 2)))
     if builtins.any(a < 0 or b < 0 for a, b in pw):
-        raise ValueError(f"pad: negative pad widths {pw}")
-    if mode not in ("constant", "reflect", "edge", "symmetric", "wrap"):
-        raise ValueError(f"pad: mode {mode!r} is not one of 'constant', 'reflect', 'edge', 'symmetric', 'wrap'")
+        raise ValueError(f"pad: pad widths must be >= 0, got {pw}")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode {mode!r} is not one of {', '.join(map(repr, _PAD_MODES))}")
     if mode == "reflect":
         for (a, b), n in zip(pw, x.shape):
             if a >= n or b >= n:
-                raise ValueError(f"pad: reflect padding {pw} must be smaller than the sizes {x.shape}")
+                raise ValueError(
+                    f"pad: reflect padding {pw} must be smaller than each padded size of "
+                    f"{x.shape} (the edge is not repeated); use mode='symmetric' or pad less"
+                )
+    elif mode != "constant" and builtins.any(n == 0 and (a or b) for (a, b), n in zip(pw, x.shape)):
+        raise ValueError(f"pad: mode {mode!r} cannot pad an empty axis of {x.shape}")
     return apply(_pad, x, pad_width=pw, mode=mode, value=value)
 
 
@@ -343,10 +373,14 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
     x = as_tensor(x)
     if axis is None:
         return reshape(roll(reshape(x, (-1,)), shift, 0), x.shape)
-    if isinstance(shift, list):
-        shift = tuple(shift)
-    if isinstance(axis, list):
-        axis = tuple(axis)
+    if isinstance(axis, (list, tuple)):
+        axis = tuple(check_axis(int(a), x.ndim, "roll") for a in axis)
+        shift = tuple(int(s) for s in shift) if isinstance(shift, (list, tuple)) else int(shift)
+        if isinstance(shift, tuple) and len(shift) != len(axis):
+            raise ValueError(f"roll: {len(shift)} shifts for {len(axis)} axes; give one per axis")
+    else:
+        axis = check_axis(int(axis), x.ndim, "roll")
+        shift = int(shift)
     return apply(_roll, x, shift=shift, axis=axis)
 
 
@@ -378,13 +412,14 @@ def _norm_index(idx: Any) -> Any:
     if isinstance(idx, Tensor):
         return idx._data
     if isinstance(idx, list):
-        return np.asarray(idx)
+        return np.asarray([i._data if isinstance(i, Tensor) else i for i in idx])
     return idx
 
 
 def _is_advanced(idx: Any) -> bool:
+    """Whether ``idx`` holds an integer or bool array (so positions may repeat)."""
     items = idx if isinstance(idx, tuple) else (idx,)
-    return builtins.any(hasattr(i, "dtype") and getattr(i, "ndim", 0) >= 0 and not isinstance(i, (int, np.integer)) for i in items)
+    return builtins.any(hasattr(i, "dtype") and not isinstance(i, (int, np.integer)) for i in items)
 
 
 def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> Any:
@@ -396,103 +431,194 @@ def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> An
     return z
 
 
+# the VJP needs only the input's shape, so indexing a large tensor keeps nothing alive
 _getitem = defprim(
     "getitem",
-    lambda x, idx, advanced: x[idx],
-    lambda g, ans, x, idx, advanced: apply(
-        _index_grad, g, idx=idx, shape=x.shape, advanced=advanced
+    lambda x, idx, advanced, shape: np.asarray(x[idx]),
+    lambda g, ans, x, idx, advanced, shape: apply(
+        _index_grad, g, idx=idx, shape=shape, advanced=advanced
     ),
-    (0,),
 )
+# scatter-add into zeros of ``shape``: getitem's adjoint, also scatter_add / index_add
 _index_grad = defprim(
     "index_grad",
-    lambda g, idx, shape, advanced: _scatter_fwd(g, idx, shape, advanced),
-    lambda gg, ans, g, idx, shape, advanced: gg[idx],
+    _scatter_fwd,
+    lambda gg, ans, g, idx, shape, advanced: getitem(gg, idx),
 )
 
 
 def getitem(x: Tensor, idx: Any) -> Tensor:
-    """``x[idx]``: ints, slices (any step), None, Ellipsis, integer arrays and bool masks."""
+    """``x[idx]``: ints, slices (any step), None, Ellipsis, integer arrays and bool masks
+    (Tensors or numpy arrays). Gathered positions that repeat accumulate their gradients.
+
+    >>> import tapegrad as tg
+    >>> x = tg.arange(12).reshape(3, 4)
+    >>> x[1:, ::2].tolist(), x[[0, 2], 1].tolist()
+    ([[4, 6], [8, 10]], [1, 9])
+    """
     idx = _norm_index(idx)
     try:
-        data = x._data[idx]
+        return apply(_getitem, x, idx=idx, advanced=_is_advanced(idx), shape=x.shape)
     except IndexError as e:
-        raise IndexError(f"index: {e} (tensor shape {x.shape}, index {_show(idx)})") from None
-    adv = _is_advanced(idx)
-    if isinstance(data, np.generic):
-        data = np.asarray(data)
-    out = _wrap(data)
-    from .. import _tape  # noqa: PLC0415
-
-    if _tape._WITH_TAPES or x._tapes:
-        _tape._record(_getitem, (x,), {"idx": idx, "advanced": adv}, out)
-    return out
+        raise IndexError(
+            f"index: {e.__cause__ or e} (tensor shape {x.shape}, index {_show(idx)}); valid "
+            "integer indices along an axis of size n are -n..n-1"
+        ) from None
 
 
 def _show(idx: Any) -> str:
     items = idx if isinstance(idx, tuple) else (idx,)
-    return "[" + ", ".join(
-        f"array{tuple(i.shape)}" if hasattr(i, "shape") and getattr(i, "ndim", 0) else repr(i) for i in items
-    ) + "]"
+    return (
+        "["
+        + ", ".join(
+            f"array{tuple(i.shape)}" if hasattr(i, "shape") and getattr(i, "ndim", 0) else repr(i)
+            for i in items
+        )
+        + "]"
+    )
+
+
+def _int_index(indices: Any, op: str) -> Any:
+    ind = np.asarray(_norm_index(indices))
+    if ind.dtype.kind not in "iu":
+        if ind.size == 0:
+            return ind.astype(np.int64)
+        raise TypeError(f"{op}: indices must be integers, got dtype {ind.dtype}")
+    return ind
+
+
+def _check_bounds(ind: Any, n: int, op: str, axis: int, negative: bool = True) -> None:
+    if ind.size == 0:
+        return
+    lo, hi = int(ind.min()), int(ind.max())
+    if hi >= n or lo < (-n if negative else 0):
+        bad = hi if hi >= n else lo
+        valid = f"{-n}..{n - 1}" if negative else f"0..{n - 1}"
+        raise IndexError(
+            f"{op}: index {bad} is out of bounds for axis {axis} of size {n} (valid: {valid})"
+        )
 
 
 def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
-    """Elements at integer ``indices`` along ``axis`` (the flattened tensor when None)."""
+    """Elements at integer ``indices`` along ``axis`` (of the flattened tensor when None).
+
+    >>> import tapegrad as tg
+    >>> tg.take(tg.tensor([[1, 2], [3, 4]]), [1, 0], axis=1).tolist()
+    [[2, 1], [4, 3]]
+    """
     x = as_tensor(x)
-    ind = _norm_index(indices)
+    ind = _int_index(indices, "take")
     if axis is None:
-        return getitem(reshape(x, (-1,)), ind)
-    (ax,) = normalize_axis(axis, x.ndim, "take")
-    return getitem(x, (slice(None),) * ax + (np.asarray(ind),))
+        x, ax = reshape(x, (-1,)), 0
+    else:
+        ax = check_axis(axis, x.ndim, "take")
+    _check_bounds(ind, x.shape[ax], "take", ax)
+    return getitem(x, (slice(None),) * ax + (ind,))
 
 
 def take_along_axis(x: Any, indices: Any, axis: int) -> Tensor:
-    """numpy's take_along_axis (PyTorch's gather)."""
+    """numpy's take_along_axis (PyTorch's gather): ``out[i][j] = x[i][indices[i][j]]`` for
+    ``axis=1``; ``indices`` has ``x``'s number of dimensions and broadcasts elsewhere.
+
+    >>> import tapegrad as tg
+    >>> tg.take_along_axis(tg.tensor([[1, 2], [3, 4]]), tg.tensor([[1], [0]]), axis=1).tolist()
+    [[2], [3]]
+    """
     x = as_tensor(x)
-    ind = np.asarray(_norm_index(indices))
-    (ax,) = normalize_axis(axis, x.ndim, "take_along_axis")
+    ind = _int_index(indices, "take_along_axis")
+    ax = check_axis(axis, x.ndim, "take_along_axis")
     if ind.ndim != x.ndim:
         raise ValueError(
-            f"take_along_axis: indices have {ind.ndim} dimensions, x has {x.ndim}; they must match"
+            f"take_along_axis: indices have {ind.ndim} dimensions (shape {ind.shape}), x has "
+            f"{x.ndim} (shape {x.shape}); they must match (add axes with expand_dims)"
         )
-    shape = np.broadcast_shapes(tuple(1 if i == ax else n for i, n in enumerate(x.shape)),
-                                tuple(1 if i == ax else n for i, n in enumerate(ind.shape)))
+    others = [(1 if i == ax else n) for i, n in enumerate(x.shape)]
+    try:
+        shape = np.broadcast_shapes(
+            tuple(others), tuple(1 if i == ax else n for i, n in enumerate(ind.shape))
+        )
+    except ValueError:
+        raise ValueError(
+            f"take_along_axis: indices of shape {ind.shape} do not broadcast against x of shape "
+            f"{x.shape} outside axis {ax}"
+        ) from None
+    _check_bounds(ind, x.shape[ax], "take_along_axis", ax)
     ind = np.broadcast_to(ind, tuple(ind.shape[i] if i == ax else shape[i] for i in range(x.ndim)))
+    return getitem(x, _grid_index(ind, ax))
+
+
+def _grid_index(ind: Any, ax: int) -> tuple[Any, ...]:
+    """An advanced index that puts ``ind`` on axis ``ax`` and ranges on the others."""
     grids = np.ogrid[tuple(slice(n) for n in ind.shape)]
-    idx = tuple(ind if i == ax else grids[i] for i in range(x.ndim))
-    return getitem(x, idx)
+    return tuple(ind if i == ax else grids[i] for i in range(ind.ndim))
 
 
 def scatter_add(x: Any, axis: int, index: Any, src: Any) -> Tensor:
-    """PyTorch's scatter_add: ``out[..., index[i], ...] += src[i]`` along ``axis``; duplicates add."""
+    """PyTorch's scatter_add: ``out[index[i][j]][j] += src[i][j]`` for ``axis=0``; repeated
+    indices accumulate. ``index`` has ``x``'s number of dimensions and ``src`` is at least
+    its size.
+
+    >>> import tapegrad as tg
+    >>> tg.scatter_add(tg.zeros(3), 0, tg.tensor([0, 2, 0]), tg.tensor([1.0, 2.0, 3.0])).tolist()
+    [4.0, 0.0, 2.0]
+    """
     x = as_tensor(x)
     src = as_tensor(src)
-    ind = np.asarray(_norm_index(index))
-    (ax,) = normalize_axis(axis, x.ndim, "scatter_add")
-    grids = np.ogrid[tuple(slice(n) for n in ind.shape)]
-    idx = tuple(ind if i == ax else grids[i] for i in range(x.ndim))
-    return x + apply(_index_grad, src[tuple(slice(n) for n in ind.shape)], idx=idx, shape=x.shape, advanced=True)
+    ind = _int_index(index, "scatter_add")
+    ax = check_axis(axis, x.ndim, "scatter_add")
+    if ind.ndim != x.ndim or src.ndim != x.ndim:
+        raise ValueError(
+            f"scatter_add: index (shape {ind.shape}) and src (shape {src.shape}) must have as "
+            f"many dimensions as x (shape {x.shape})"
+        )
+    for i, n in enumerate(ind.shape):
+        if n > src.shape[i] or (i != ax and n > x.shape[i]):
+            raise ValueError(
+                f"scatter_add: index of shape {ind.shape} is larger than src {src.shape} or, "
+                f"outside axis {ax}, than x {x.shape}"
+            )
+    _check_bounds(ind, x.shape[ax], "scatter_add", ax, negative=False)
+    part = src[tuple(slice(n) for n in ind.shape)]
+    x, part = operands(x, part)
+    return x + apply(_index_grad, part, idx=_grid_index(ind, ax), shape=x.shape, advanced=True)
 
 
-def index_add(x: Any, axis: int, index: Any, source: Any) -> Tensor:
-    """PyTorch's index_add: ``out[..., index[i], ...] += source[..., i, ...]``; duplicates add."""
+def index_add(x: Any, axis: int, index: Any, source: Any, alpha: float = 1.0) -> Tensor:
+    """PyTorch's index_add: ``out[..., index[i], ...] += alpha * source[..., i, ...]`` along
+    ``axis``; repeated indices accumulate.
+
+    >>> import tapegrad as tg
+    >>> tg.index_add(tg.zeros(3), 0, tg.tensor([2, 2]), tg.tensor([1.0, 5.0])).tolist()
+    [0.0, 0.0, 6.0]
+    """
     x = as_tensor(x)
     source = as_tensor(source)
-    ind = np.asarray(_norm_index(index))
-    (ax,) = normalize_axis(axis, x.ndim, "index_add")
+    ind = _int_index(index, "index_add")
+    ax = check_axis(axis, x.ndim, "index_add")
+    want = x.shape[:ax] + (ind.size,) + x.shape[ax + 1 :]
+    if ind.ndim != 1 or source.shape != want:
+        raise ValueError(
+            f"index_add: index must be 1-D (got shape {ind.shape}) and source must have shape "
+            f"{want} (x's shape with axis {ax} the length of index), got {source.shape}"
+        )
+    _check_bounds(ind, x.shape[ax], "index_add", ax, negative=False)
+    if alpha != 1.0:
+        source = source * alpha
+    x, source = operands(x, source)
     idx = (slice(None),) * ax + (ind,)
     return x + apply(_index_grad, source, idx=idx, shape=x.shape, advanced=True)
 
 
 def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
-    """Integer class indices to one-hot rows (float32 unless ``dtype``); no gradient."""
+    """Integer class indices to one-hot rows along a new last axis (default float unless
+    ``dtype``); no gradient.
+
+    >>> import tapegrad as tg
+    >>> tg.one_hot(tg.tensor([2, 0]), 3).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
     from .._dtypes import as_dtype  # noqa: PLC0415
 
-    ind = as_tensor(indices)._data
-    if ind.dtype.kind not in "iu":
-        raise TypeError(f"one_hot: indices must be integers, got {ind.dtype}")
-    if ind.size and (ind.min() < 0 or ind.max() >= num_classes):
-        raise IndexError(
-            f"one_hot: indices must lie in [0, {num_classes}), got min {ind.min()} max {ind.max()}"
-        )
+    ind = _int_index(indices, "one_hot")
+    _check_bounds(ind, num_classes, "one_hot", ind.ndim, negative=False)
     return _wrap((ind[..., None] == np.arange(num_classes)).astype(as_dtype(dtype)))

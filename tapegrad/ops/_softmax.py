@@ -6,7 +6,7 @@ from typing import Any
 
 from .._backend import np
 from .._tensor import Tensor, _wrap
-from ._common import as_tensor
+from ._common import as_tensor, check_axis
 from ._elementwise import exp, log
 from ._reduce import sum
 
@@ -25,12 +25,19 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
     [0.5, 0.5]
     """
     x = as_tensor(x)
+    axis = check_axis(axis, x.ndim, "softmax")
     e = exp(_shift(x, axis))
     return e / sum(e, axis=axis, keepdims=True)
 
 
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
-    """``x - logsumexp(x)`` along ``axis``."""
+    """``x - logsumexp(x)`` along ``axis``, stable for large logits.
+
+    >>> import tapegrad as tg
+    >>> [round(v, 4) for v in tg.log_softmax(tg.tensor([1e4, 1e4]), axis=0).tolist()]
+    [-0.6931, -0.6931]
+    """
     x = as_tensor(x)
+    axis = check_axis(axis, x.ndim, "log_softmax")
     z = _shift(x, axis)
     return z - log(sum(exp(z), axis=axis, keepdims=True))

@@ -1,0 +1,95 @@
+"""Scaled dot-product attention (a composition of tapegrad ops)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .._backend import np, xp_of
+from .._tensor import Tensor, _wrap
+from ..ops import _elementwise as E
+from ..ops import _linalg as L
+from ..ops import _reduce as R
+from ..ops import _shape as S
+from ..ops import _softmax as SM
+from ._f_activation import dropout
+from ._f_common import float_input
+
+
+def _safe_softmax(s: Tensor) -> Tensor:
+    """Softmax over the last axis that gives 0 (not NaN) on rows where every score is -inf."""
+    xp = xp_of(s._data)
+    m = xp.amax(s._data, axis=-1, keepdims=True)
+    e = E.exp(s - _wrap(xp.where(xp.isfinite(m), m, 0).astype(s.dtype)))
+    den = R.sum(e, axis=-1, keepdims=True)
+    pos = den > 0
+    return e / E.where(pos, den, 1.0)
+
+
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """``softmax(q @ k^T * scale + mask) @ v`` over (..., L, E), (..., S, E), (..., S, Ev).
+
+    ``attn_mask``: bool (True = may attend) or float (added to the scores), broadcast to
+    (..., L, S). ``is_causal``: position i attends to j <= i (top-left aligned, as PyTorch).
+    ``scale`` defaults to ``1 / sqrt(E)``. A row that may attend to nothing gives zeros.
+    ``dropout_p`` drops attention weights (always, as PyTorch's function does: pass 0.0 at
+    evaluation). ``enable_gqa``: key/value heads (axis -3) are shared by groups of query heads.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> q = k = v = tg.ones((2, 4, 5, 8))
+    >>> F.scaled_dot_product_attention(q, k, v, is_causal=True).shape
+    (2, 4, 5, 8)
+    """
+    op = "scaled_dot_product_attention"
+    q = float_input(query, op, "query")
+    k = float_input(key, op, "key")
+    v = float_input(value, op, "value")
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{op}: query {q.shape}, key {k.shape}, value {v.shape} must be (..., L, E), "
+            "(..., S, E), (..., S, Ev)"
+        )
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hq % hk or v.shape[-3] != hk:
+            raise ValueError(f"{op}: {hq} query heads are not a multiple of {hk} key/value heads")
+        k = S.repeat(k, hq // hk, axis=-3)
+        v = S.repeat(v, hq // hk, axis=-3)
+    n_l, n_s = q.shape[-2], k.shape[-2]
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = L.matmul(q, S.swapaxes(k, -1, -2)) * sc  # (..., L, S)
+    masked = False
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError(f"{op}: give attn_mask or is_causal=True, not both")
+        causal = np.tril(np.ones((n_l, n_s), dtype=bool))
+        s = E.where(_wrap(xp_of(s._data).asarray(causal)), s, -math.inf)
+        masked = True
+    if attn_mask is not None:
+        mask = attn_mask if isinstance(attn_mask, Tensor) else _wrap(np.asarray(attn_mask))
+        try:
+            np.broadcast_shapes(mask.shape, s.shape)
+        except ValueError:
+            raise ValueError(
+                f"{op}: attn_mask of shape {mask.shape} does not broadcast to the scores "
+                f"{s.shape} (..., L, S)"
+            ) from None
+        if mask.dtype.kind == "b":
+            s = E.where(mask, s, -math.inf)
+        else:
+            s = s + S.astype(mask, s.dtype)
+        masked = True
+    p = _safe_softmax(s) if masked else SM.softmax(s, axis=-1)
+    if dropout_p > 0.0:
+        p = dropout(p, dropout_p, training=True)
+    return L.matmul(p, v)

@@ -1,0 +1,140 @@
+"""Helpers shared by the functional modules: argument checks, reductions, row gathers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np, xp_of
+from .._tape import apply, defprim
+from .._tensor import Tensor
+from ..ops import _reduce as R
+from ..ops import _shape as S
+from ..ops._common import as_tensor
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def ntuple(value: Any, n: int, name: str, op: str) -> tuple[int, ...]:
+    """``value`` (an int or a sequence of ``n`` ints) as a tuple of ``n`` ints, checked."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * n
+    t = tuple(value)
+    if len(t) == 1:
+        t = t * n
+    if len(t) != n or not all(isinstance(v, (int, np.integer)) for v in t):
+        raise ValueError(f"{op}: {name} must be an int or {n} ints, got {value!r}")
+    return tuple(int(v) for v in t)
+
+
+def float_input(x: Any, op: str, name: str = "input") -> Tensor:
+    """``x`` as a float Tensor; a clear error for integer or bool data."""
+    t = as_tensor(x)
+    if t.dtype.kind != "f":
+        raise TypeError(
+            f"{op}: {name} must be a float tensor, got dtype {t.dtype} (shape {t.shape}); "
+            "cast it with x.astype(tg.float32)"
+        )
+    return t
+
+
+def same_float(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Promote two float tensors to one dtype (float32 with float64 gives float64)."""
+    if a.dtype == b.dtype:
+        return a, b
+    d = np.result_type(a.dtype, b.dtype)
+    return S.astype(a, d), S.astype(b, d)
+
+
+def legacy_reduction(size_average: Any, reduce: Any, reduction: str) -> str:
+    """PyTorch's deprecated ``size_average``/``reduce`` pair, mapped to a ``reduction`` string."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+def check_reduction(reduction: str, op: str, extra: tuple[str, ...] = ()) -> None:
+    if reduction not in _REDUCTIONS + extra:
+        allowed = ", ".join(repr(r) for r in _REDUCTIONS + extra)
+        raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
+
+
+def reduce_loss(loss: Tensor, reduction: str, op: str) -> Tensor:
+    """Apply ``reduction`` ('mean', 'sum' or 'none') to elementwise losses."""
+    check_reduction(reduction, op)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    return R.mean(loss) if loss.size else R.sum(loss) * float("nan")
+
+
+# --------------------------------------------------------------------------------------------
+# Row gathers along one axis, with a scatter-add adjoint that avoids np.add.at
+# --------------------------------------------------------------------------------------------
+
+
+def _segment_rows(g2: Any, idx: Any, n: int, presorted: bool) -> Any:
+    """Sum the rows of ``g2`` (M, ...) into ``n`` rows by ``idx`` (M,): sort + add.reduceat."""
+    xp = xp_of(g2)
+    out = xp.zeros((n,) + g2.shape[1:], dtype=g2.dtype)
+    if idx.size == 0:
+        return out
+    if not presorted:
+        order = xp.argsort(idx, kind="stable")
+        idx = idx[order]
+        g2 = g2[order]
+    starts = xp.flatnonzero(xp.concatenate([xp.ones(1, dtype=bool), idx[1:] != idx[:-1]]))
+    out[idx[starts]] = xp.add.reduceat(g2, starts, axis=0)
+    return out
+
+
+def _take_fwd(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) -> Any:
+    y = xp_of(x).take(x, idx, axis=axis)
+    if masked and zero_row is not None:
+        keep = (idx != zero_row).reshape((1,) * axis + idx.shape + (1,) * (x.ndim - axis - 1))
+        y = y * keep
+    return y
+
+
+def _take_grad_fwd(g: Any, idx: Any, axis: int, n: int, zero_row: Any) -> Any:
+    # the idx dimensions of g moved to the front and summed into n rows
+    xp = xp_of(g)
+    k = idx.ndim
+    gm = xp.moveaxis(g, tuple(range(axis, axis + k)), tuple(range(k)))
+    flat = idx.reshape(-1)
+    presorted = bool(flat.size < 2 or (flat[1:] >= flat[:-1]).all())
+    out = _segment_rows(gm.reshape((flat.size,) + gm.shape[k:]), flat, n, presorted)
+    if zero_row is not None:
+        out[zero_row] = 0
+    return xp.moveaxis(out, 0, axis)
+
+
+# x.take(idx, axis): a gather whose adjoint sums duplicate rows with a sorted add.reduceat
+# (np.add.at is several times slower). ``zero_row`` gets no gradient (embedding's padding_idx).
+_TAKE = defprim(
+    "nn.take",
+    _take_fwd,
+    lambda g, ans, x, idx, axis, n, zero_row, masked: apply(
+        _TAKE_GRAD, g, idx=idx, axis=axis, n=n, zero_row=zero_row
+    ),
+)
+_TAKE_GRAD = defprim(
+    "nn.take_grad",
+    _take_grad_fwd,
+    lambda gg, ans, g, idx, axis, n, zero_row: apply(
+        _TAKE, gg, idx=idx, axis=axis, n=n, zero_row=zero_row, masked=True
+    ),
+)
+
+
+def take(x: Tensor, idx: Any, axis: int, zero_row: int | None = None) -> Tensor:
+    """``x`` gathered at integer ``idx`` (any shape) along ``axis``; duplicates sum in backward.
+
+    ``zero_row``: an index along ``axis`` whose row gets no gradient.
+    """
+    idx = np.asarray(idx._data if isinstance(idx, Tensor) else idx)
+    return apply(_TAKE, x, idx=idx, axis=axis, n=x.shape[axis], zero_row=zero_row, masked=False)

@@ -1,0 +1,373 @@
+"""Convolutions: im2col as a strided view, then one GEMM.
+
+``nn.im2col`` copies the sliding windows of the zero-padded input into a
+(C * kh * kw, N * Ho * Wo) matrix; a convolution is then one matrix product with the weights
+(batched over groups). ``nn.col2im`` is its adjoint: it adds each window back where it came from
+(kh * kw strided adds, no ``np.add.at``). The two are each other's VJP, so everything built on
+them differentiates to any order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .._backend import np, xp_of
+from .._tape import apply, defprim
+from .._tensor import Tensor
+from ..ops import _linalg as L
+from ..ops import _reduce as R
+from ..ops import _shape as S
+from ._f_common import float_input, ntuple, same_float
+
+
+class Geom(NamedTuple):
+    """The window geometry of a 2-D convolution over an (N, C, H, W) input."""
+
+    in_shape: tuple[int, int, int, int]  # (N, C, H, W) of the (unpadded) input
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[tuple[int, int], tuple[int, int]]  # ((top, bottom), (left, right))
+    dilation: tuple[int, int]
+    out_hw: tuple[int, int]  # (Ho, Wo): the number of windows along each axis
+
+
+def out_size(n: int, k: int, s: int, pad: tuple[int, int], d: int) -> int:
+    return (n + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
+
+
+def pad_array(x: Any, padding: tuple[tuple[int, int], ...], value: float = 0.0) -> Any:
+    """``x`` with its last ``len(padding)`` axes padded by ``value`` (a copy only when needed)."""
+    if not any(a or b for a, b in padding):
+        return x
+    lead = x.ndim - len(padding)
+    shape = x.shape[:lead] + tuple(n + a + b for n, (a, b) in zip(x.shape[lead:], padding))
+    out = xp_of(x).full(shape, value, dtype=x.dtype)
+    out[(...,) + tuple(slice(a, a + n) for n, (a, _) in zip(x.shape[lead:], padding))] = x
+    return out
+
+
+def _windows(xp_: Any, geom: Geom, lead_first: bool) -> Any:
+    """A strided view of the windows of a padded (N, C, Hp, Wp) array.
+
+    ``lead_first``: (N, C, kh, kw, Ho, Wo); else (C, kh, kw, N, Ho, Wo) (the im2col layout).
+    """
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    n, c = xp_.shape[:2]
+    s_n, s_c, s_h, s_w = xp_.strides
+    if lead_first:
+        shape = (n, c, kh, kw, ho, wo)
+        strides = (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
+    else:
+        shape = (c, kh, kw, n, ho, wo)
+        strides = (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw)
+    return xp_of(xp_).lib.stride_tricks.as_strided(xp_, shape, strides, writeable=False)
+
+
+def _im2col_fwd(x: Any, geom: Geom) -> Any:
+    (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
+    n, c = x.shape[:2]
+    v = _windows(pad_array(x, geom.padding), geom, lead_first=False)  # (C, kh, kw, N, Ho, Wo)
+    return v.reshape(c * kh * kw, n * ho * wo)  # the one copy: into the GEMM layout
+
+
+def _col2im_fwd(cols: Any, geom: Geom) -> Any:
+    n, c, h, w = geom.in_shape
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    (pt, pb), (pl, pr) = geom.padding
+    # accumulate in (C, N, Hp, Wp) so each strided add reads and writes in memory order
+    acc = xp_of(cols).zeros((c, n, h + pt + pb, w + pl + pr), dtype=cols.dtype)
+    c6 = cols.reshape(c, kh, kw, n, ho, wo)
+    for i in range(kh):
+        rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
+        for j in range(kw):
+            acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, i, j]
+    return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
+
+
+IM2COL = defprim(
+    "nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom)
+)
+COL2IM = defprim(
+    "nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom)
+)
+
+
+# --------------------------------------------------------------------------------------------
+# conv2d: a fused primitive (im2col + one GEMM, bias added in the same pass); it saves x and w,
+# not the (kh * kw times larger) columns, and its VJPs are written with differentiable ops.
+# --------------------------------------------------------------------------------------------
+
+
+def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
+    n = x.shape[0]
+    o = w.shape[0]
+    ho, wo = geom.out_hw
+    cols = _im2col_fwd(x, geom)  # (C*kh*kw, N*Ho*Wo)
+    if groups == 1:
+        y = w.reshape(o, -1) @ cols  # (O, N*Ho*Wo)
+    else:
+        y = np.matmul(w.reshape(groups, o // groups, -1), cols.reshape(groups, -1, cols.shape[1]))
+    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    out = xp_of(x).empty((n, o, ho, wo), dtype=y.dtype)
+    if b is None:
+        out[...] = y
+    else:
+        np.add(y, b.reshape(1, o, 1, 1), out=out)
+    return out
+
+
+def _grad_matrix(g: Tensor, groups: int) -> Tensor:
+    """The output gradient (N, O, Ho, Wo) as (G, O/G, N*Ho*Wo), the GEMM layout."""
+    n, o = g.shape[:2]
+    return S.reshape(S.permute_dims(g, (1, 0, 2, 3)), (groups, o // groups, -1))
+
+
+def _conv2d_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
+    wm = S.reshape(w, (groups, w.shape[0] // groups, -1))  # (G, O/G, C/G*kh*kw)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), _grad_matrix(g, groups))  # (G, C/G*kh*kw, NL)
+    return apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+
+
+def _conv2d_vjp_w(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
+    cols = apply(IM2COL, x, geom=geom)  # recomputed: cheaper to keep x than the columns
+    cols = S.reshape(cols, (groups, -1, cols.shape[-1]))
+    return S.reshape(L.matmul(_grad_matrix(g, groups), S.swapaxes(cols, -1, -2)), w.shape)
+
+
+def _conv2d_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any, geom: Geom, groups: int):
+    return R.sum(g, axis=(0, 2, 3))
+
+
+CONV2D = defprim(
+    "nn.conv2d", _conv2d_fwd, (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b), (0, 1)
+)
+
+
+# --------------------------------------------------------------------------------------------
+# argument handling
+# --------------------------------------------------------------------------------------------
+
+
+def _padding(
+    padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], op: str
+) -> tuple[tuple[int, int], ...]:
+    nd = len(kernel)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * nd
+        if padding != "same":
+            raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+        if any(s != 1 for s in stride):
+            raise ValueError(
+                f"{op}: padding='same' needs stride 1 (got stride={stride}); pad explicitly "
+                "with an int padding for strided convolutions"
+            )
+        # the total d*(k-1) split with the extra element at the end, as PyTorch does
+        return tuple(
+            (d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation)
+        )
+    p = ntuple(padding, nd, "padding", op)
+    if any(v < 0 for v in p):
+        raise ValueError(f"{op}: padding must be non-negative, got {padding!r}")
+    return tuple((v, v) for v in p)
+
+
+def _check_conv(x: Tensor, w: Tensor, groups: int, in_axis: int, op: str, nd: int) -> None:
+    if x.ndim != nd + 2:
+        raise ValueError(
+            f"{op}: input must be {nd + 2}-D (N, C{', H, W' if nd == 2 else ', L'}) or "
+            f"{nd + 1}-D unbatched, got shape {x.shape}"
+        )
+    if w.ndim != nd + 2:
+        raise ValueError(f"{op}: weight must be {nd + 2}-D, got shape {w.shape}")
+    if groups < 1 or x.shape[1] % groups:
+        raise ValueError(
+            f"{op}: groups={groups} must be >= 1 and divide the {x.shape[1]} input channels "
+            f"(input shape {x.shape})"
+        )
+
+
+def _as_batched(x: Tensor, nd: int) -> tuple[Tensor, bool]:
+    if x.ndim == nd + 1:
+        return S.expand_dims(x, 0), True
+    return x, False
+
+
+def conv2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-D convolution (cross-correlation, as PyTorch): (N, C, H, W) * (O, C/groups, kh, kw).
+
+    ``padding`` is an int, a pair, ``'valid'`` (none) or ``'same'`` (output size equals input
+    size; stride 1). One GEMM per call (batched over groups) on an im2col layout.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.conv2d(tg.ones((1, 1, 4, 4)), tg.ones((2, 1, 3, 3)), padding=1).shape
+    (1, 2, 4, 4)
+    """
+    x = float_input(input, "conv2d")
+    w = float_input(weight, "conv2d", "weight")
+    x, w = same_float(x, w)
+    x, unbatched = _as_batched(x, 2)
+    _check_conv(x, w, groups, 1, "conv2d", 2)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if cg * groups != c or o % groups:
+        raise ValueError(
+            f"conv2d: weight {w.shape} expects {cg * groups} input channels with groups={groups} "
+            f"and {o} output channels divisible by groups; the input {x.shape} has {c} channels"
+        )
+    k = (kh, kw)
+    s = ntuple(stride, 2, "stride", "conv2d")
+    d = ntuple(dilation, 2, "dilation", "conv2d")
+    if min(s) < 1 or min(d) < 1:
+        raise ValueError(f"conv2d: stride {s} and dilation {d} must be positive")
+    pad = _padding(padding, k, s, d, "conv2d")
+    ho, wo = (out_size(v, kk, ss, pp, dd) for v, kk, ss, pp, dd in zip((h, wd), k, s, pad, d))
+    if ho < 1 or wo < 1:
+        raise ValueError(
+            f"conv2d: the input {x.shape} padded by {pad} is smaller than the dilated kernel "
+            f"{tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d))}; pad the input or use a "
+            "smaller kernel"
+        )
+    geom = Geom((n, c, h, wd), k, s, pad, d, (ho, wo))  # type: ignore[arg-type]
+    b = None
+    if bias is not None:
+        b = S.astype(float_input(bias, "conv2d", "bias"), x.dtype)
+        if b.shape != (o,):
+            raise ValueError(f"conv2d: bias must have shape ({o},), got {b.shape}")
+    out = apply(CONV2D, x, w, b, geom=geom, groups=groups)
+    return S.squeeze(out, 0) if unbatched else out
+
+
+def conv1d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-D convolution: (N, C, L) * (O, C/groups, k), as a conv2d over a height of 1.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.conv1d(tg.ones((2, 3, 10)), tg.ones((4, 3, 3)), stride=2).shape
+    (2, 4, 4)
+    """
+    x = float_input(input, "conv1d")
+    w = float_input(weight, "conv1d", "weight")
+    x, unbatched = _as_batched(x, 1)
+    _check_conv(x, w, groups, 1, "conv1d", 1)
+    s = ntuple(stride, 1, "stride", "conv1d")
+    d = ntuple(dilation, 1, "dilation", "conv1d")
+    if isinstance(padding, str):
+        pad2: Any = padding
+    else:
+        pad2 = (0, ntuple(padding, 1, "padding", "conv1d")[0])
+    out = conv2d(
+        S.expand_dims(x, 2), S.expand_dims(w, 2), bias, (1, s[0]), pad2, (1, d[0]), groups
+    )
+    out = S.squeeze(out, 2)
+    return S.squeeze(out, 0) if unbatched else out
+
+
+def conv_transpose2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
+    """Transposed 2-D convolution (the gradient of conv2d with respect to its input).
+
+    ``weight`` is (C_in, C_out / groups, kh, kw), as in PyTorch. The output size is
+    ``(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1``.
+    Composed as one GEMM and ``nn.col2im``.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.conv_transpose2d(tg.ones((1, 4, 5, 5)), tg.ones((4, 2, 3, 3)), stride=2).shape
+    (1, 2, 11, 11)
+    """
+    op = "conv_transpose2d"
+    x = float_input(input, op)
+    w = float_input(weight, op, "weight")
+    x, w = same_float(x, w)
+    x, unbatched = _as_batched(x, 2)
+    _check_conv(x, w, groups, 0, op, 2)
+    n, cin, h, wd = x.shape
+    if w.shape[0] != cin:
+        raise ValueError(
+            f"{op}: weight {w.shape} expects {w.shape[0]} input channels (its first axis), the "
+            f"input {x.shape} has {cin}"
+        )
+    cout = w.shape[1] * groups
+    k = (w.shape[2], w.shape[3])
+    s = ntuple(stride, 2, "stride", op)
+    d = ntuple(dilation, 2, "dilation", op)
+    p = ntuple(padding, 2, "padding", op)
+    op_ = ntuple(output_padding, 2, "output_padding", op)
+    for a, ss, dd in zip(op_, s, d):
+        if not 0 <= a < max(ss, dd):
+            raise ValueError(
+                f"{op}: output_padding {op_} must be smaller than the stride {s} or the "
+                f"dilation {d}"
+            )
+    hout, wout = (
+        (v - 1) * ss - 2 * pp + dd * (kk - 1) + oo + 1
+        for v, ss, pp, dd, kk, oo in zip((h, wd), s, p, d, k, op_)
+    )
+    if hout < 1 or wout < 1:
+        raise ValueError(f"{op}: the output size ({hout}, {wout}) is not positive")
+    geom = Geom((n, cout, hout, wout), k, s, ((p[0], p[0]), (p[1], p[1])), d, (h, wd))  # type: ignore[arg-type]
+    xm = S.reshape(S.permute_dims(x, (1, 0, 2, 3)), (groups, cin // groups, -1))  # (G, Cin/G, NHW)
+    wm = S.reshape(w, (groups, cin // groups, -1))  # (G, Cin/G, Cout/G*kh*kw)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (G, Cout/G*kh*kw, NHW)
+    out = apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+    if bias is not None:
+        b = S.astype(float_input(bias, op, "bias"), x.dtype)
+        if b.shape != (cout,):
+            raise ValueError(f"{op}: bias must have shape ({cout},), got {b.shape}")
+        out = out + S.reshape(b, (1, cout, 1, 1))
+    return S.squeeze(out, 0) if unbatched else out
+
+
+def conv_transpose1d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
+    """Transposed 1-D convolution, as a conv_transpose2d over a height of 1."""
+    x = float_input(input, "conv_transpose1d")
+    x, unbatched = _as_batched(x, 1)
+    w = float_input(weight, "conv_transpose1d", "weight")
+    one = ntuple
+    out = conv_transpose2d(
+        S.expand_dims(x, 2),
+        S.expand_dims(w, 2),
+        bias,
+        (1, one(stride, 1, "stride", "conv_transpose1d")[0]),
+        (0, one(padding, 1, "padding", "conv_transpose1d")[0]),
+        (0, one(output_padding, 1, "output_padding", "conv_transpose1d")[0]),
+        groups,
+        (1, one(dilation, 1, "dilation", "conv_transpose1d")[0]),
+    )
+    out = S.squeeze(out, 2)
+    return S.squeeze(out, 0) if unbatched else out

@@ -1,0 +1,574 @@
+"""Losses: plain functions sharing one ``reduction`` vocabulary ('mean', 'sum', 'none').
+
+Classification losses are built on log-softmax with the max subtracted first, so logits
+shifted by 1e4 give the same loss. ``cross_entropy`` with class indices is one fused primitive
+(log-softmax + NLL: one pass forward, ``softmax - one_hot`` backward, instead of about a dozen
+ops), whose VJP is itself a primitive with differentiable VJPs, so higher order works.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .._backend import np, xp_of
+from .._tape import apply, defprim
+from .._tensor import Tensor, _wrap
+from ..ops import _elementwise as E
+from ..ops import _reduce as R
+from ..ops import _shape as S
+from ..ops import _softmax as SM
+from ._f_common import (
+    check_reduction,
+    float_input,
+    legacy_reduction,
+    reduce_loss,
+    same_float,
+)
+
+# --------------------------------------------------------------------------------------------
+# class-axis gather (NLL) and the fused log-softmax + NLL
+# --------------------------------------------------------------------------------------------
+
+
+def _one_hot_like(x: Any, t: Any) -> Any:
+    oh = xp_of(x).zeros_like(x)
+    xp_of(x).put_along_axis(oh, t[:, None], 1, axis=1)
+    return oh
+
+
+def _pick_fwd(x: Any, t: Any) -> Any:
+    return xp_of(x).take_along_axis(x, t[:, None], axis=1)[:, 0]
+
+
+def _pick_grad_fwd(g: Any, t: Any, shape: tuple[int, ...]) -> Any:
+    out = xp_of(g).zeros(shape, dtype=g.dtype)
+    xp_of(g).put_along_axis(out, t[:, None], g[:, None], axis=1)  # one class per position
+    return out
+
+
+# x[n, t[n, ...], ...] along the class axis 1, and its adjoint (a put, no collisions)
+_PICK = defprim(
+    "nn.pick",
+    _pick_fwd,
+    lambda g, ans, x, t: apply(_PICK_GRAD, g, t=t, shape=x.shape),
+    (0,),
+)
+_PICK_GRAD = defprim(
+    "nn.pick_grad", _pick_grad_fwd, lambda gg, ans, g, t, shape: apply(_PICK, gg, t=t)
+)
+
+
+def _lse(x: Any) -> Any:
+    """logsumexp over axis 1, shifted by the max (finite for logits of any size)."""
+    xp = xp_of(x)
+    m = x.max(axis=1, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    return xp.log(xp.exp(x - m).sum(axis=1)) + m[:, 0]
+
+
+def _ce_fwd(x: Any, t: Any, valid: Any) -> Any:
+    loss = _lse(x) - _pick_fwd(x, t)  # -log_softmax(x)[t]
+    return loss * valid
+
+
+def _ce_grad_fwd(x: Any, g: Any, t: Any, valid: Any) -> Any:
+    xp = xp_of(x)
+    m = x.max(axis=1, keepdims=True)
+    e = xp.exp(x - xp.where(xp.isfinite(m), m, 0))
+    e /= e.sum(axis=1, keepdims=True)
+    e -= _one_hot_like(e, t)
+    e *= (g * valid)[:, None]
+    return e
+
+
+def _ce_grad_vjp_x(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, valid: Any) -> Tensor:
+    # the Hessian of logsumexp, (diag(p) - p p^T), applied to gg scaled by the upstream g
+    p = SM.softmax(x, axis=1)
+    u = gg * S.expand_dims(g * _wrap(valid), 1)
+    return p * u - p * R.sum(p * u, axis=1, keepdims=True)
+
+
+def _ce_grad_vjp_g(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, valid: Any) -> Tensor:
+    d = SM.softmax(x, axis=1) - _wrap(_one_hot_like(x._data, t))
+    return R.sum(gg * d, axis=1) * _wrap(valid)
+
+
+_CE = defprim(
+    "nn.cross_entropy",
+    _ce_fwd,
+    lambda g, ans, x, t, valid: apply(_CE_GRAD, x, g, t=t, valid=valid),
+    (0,),
+)
+_CE_GRAD = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
+
+
+# --------------------------------------------------------------------------------------------
+# class-index targets: shared checks and the weighted reductions
+# --------------------------------------------------------------------------------------------
+
+
+def _class_target(x: Tensor, target: Any, op: str) -> tuple[Tensor, Any, bool]:
+    """(N, C, d1, ...) input and (N, d1, ...) integer targets; (C,) with a scalar is unbatched."""
+    t = target._data if isinstance(target, Tensor) else np.asarray(target)
+    if x.ndim == 1:
+        x = S.expand_dims(x, 0)
+        t = t.reshape(1) if t.ndim == 0 else t
+        unbatched = True
+    else:
+        unbatched = False
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must be (N, C, ...) or (C,), got shape {x.shape}")
+    expected = (x.shape[0],) + x.shape[2:]
+    if t.shape != expected:
+        raise ValueError(
+            f"{op}: target of shape {t.shape} does not match input {x.shape}; class-index "
+            f"targets must have shape {expected} (the input without its class axis 1)"
+        )
+    return x, t, unbatched
+
+
+def _valid_and_weights(
+    t: Any, c: int, weight: Any, ignore_index: int, dtype: Any, op: str
+) -> tuple[Any, Any, Any]:
+    """Targets made safe to index, the validity mask and the per-position weights (arrays)."""
+    valid = t != ignore_index
+    tv = t[valid]
+    if tv.size and (tv.min() < 0 or tv.max() >= c):
+        bad = tv[(tv < 0) | (tv >= c)][0]
+        raise IndexError(
+            f"{op}: target {int(bad)} is out of bounds for {c} classes (valid: 0..{c - 1}, or "
+            f"ignore_index={ignore_index})"
+        )
+    safe = xp_of(t).where(valid, t, 0).astype(np.int64, copy=False)
+    vmask = valid.astype(dtype)
+    if weight is None:
+        return safe, vmask, vmask
+    w = weight._data if isinstance(weight, Tensor) else np.asarray(weight)
+    if w.shape != (c,):
+        raise ValueError(f"{op}: weight must have shape ({c},) (one per class), got {w.shape}")
+    return safe, vmask, w.astype(dtype, copy=False)[safe] * vmask
+
+
+def _weighted_reduce(loss: Tensor, wsum: Any, reduction: str, unbatched: bool) -> Tensor:
+    if reduction == "none":
+        return S.squeeze(loss, 0) if unbatched else loss
+    total = R.sum(loss)
+    if reduction == "sum":
+        return total
+    denom = float(wsum)
+    return total * (1.0 / denom) if denom != 0 else total * float("nan")
+
+
+def nll_loss(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log-likelihood of class indices given log-probabilities (N, C, ...).
+
+    ``'mean'`` divides by the summed weights of the non-ignored targets (as PyTorch).
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> logp = F.log_softmax(tg.tensor([[0.0, 0.0]]), dim=1)
+    >>> round(F.nll_loss(logp, tg.tensor([1])).item(), 4)
+    0.6931
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "nll_loss")
+    x = float_input(input, "nll_loss")
+    x, t, unb = _class_target(x, target, "nll_loss")
+    safe, _, w = _valid_and_weights(t, x.shape[1], weight, ignore_index, x.dtype, "nll_loss")
+    loss = -apply(_PICK, x, t=safe) * _wrap(w)
+    return _weighted_reduce(loss, w.sum(), reduction, unb)
+
+
+def cross_entropy(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy between logits (N, C, d1, ...) and class indices (N, d1, ...) or class
+    probabilities (the input's shape).
+
+    ``weight`` rescales each class; ``ignore_index`` targets contribute nothing; with
+    ``label_smoothing`` the target mixes ``1 - label_smoothing`` of itself with a uniform
+    distribution. Stable for logits of any magnitude (the max is subtracted first).
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> logits = tg.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0]])
+    >>> round(F.cross_entropy(logits, tg.tensor([0, 2])).item(), 4)
+    0.1755
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "cross_entropy")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    x = float_input(input, "cross_entropy")
+    tdata = target._data if isinstance(target, Tensor) else np.asarray(target)
+    if tdata.dtype.kind == "f":
+        return _cross_entropy_probs(x, target, weight, reduction, label_smoothing)
+    if tdata.dtype.kind not in "iu":
+        raise TypeError(
+            f"cross_entropy: target must hold class indices (integers) or probabilities "
+            f"(floats), got dtype {tdata.dtype}"
+        )
+    x, t, unb = _class_target(x, target, "cross_entropy")
+    c = x.shape[1]
+    safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
+    loss = apply(_CE, x, t=safe, valid=valid)
+    if weight is not None:
+        loss = loss * _wrap(w)
+    out = _weighted_reduce(loss, w.sum(), reduction, unb)
+    if label_smoothing == 0.0:
+        return out
+    # the uniform part: -sum_c weight_c * log_softmax(x)_c per position, ignored ones zeroed
+    logp = SM.log_softmax(x, axis=1)
+    if weight is not None:
+        wc = float_input(weight, "cross_entropy", "weight")._data.astype(x.dtype, copy=False)
+        logp = logp * _wrap(wc.reshape((1, c) + (1,) * (x.ndim - 2)))
+    smooth = -R.sum(logp, axis=1) * _wrap(valid)
+    smooth = _weighted_reduce(smooth, w.sum(), reduction, unb)
+    return out * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+def _cross_entropy_probs(
+    x: Tensor, target: Any, weight: Any, reduction: str, label_smoothing: float
+) -> Tensor:
+    t = float_input(target, "cross_entropy", "target")
+    x, t = same_float(x, t)
+    unb = x.ndim == 1
+    if unb:
+        x, t = S.expand_dims(x, 0), S.expand_dims(t, 0)
+    if t.shape != x.shape:
+        raise ValueError(
+            f"cross_entropy: probability targets must have the input's shape {x.shape}, got "
+            f"{t.shape} (class-index targets must be integers)"
+        )
+    c = x.shape[1]
+    if label_smoothing > 0.0:
+        t = t * (1.0 - label_smoothing) + label_smoothing / c
+    logp = SM.log_softmax(x, axis=1)
+    if weight is not None:
+        w = float_input(weight, "cross_entropy", "weight")
+        if w.shape != (c,):
+            raise ValueError(f"cross_entropy: weight must have shape ({c},), got {w.shape}")
+        logp = logp * S.reshape(S.astype(w, x.dtype), (1, c) + (1,) * (x.ndim - 2))
+    loss = -R.sum(logp * t, axis=1)  # (N, d1, ...)
+    if reduction == "none":
+        return S.squeeze(loss, 0) if unb else loss
+    return reduce_loss(loss, reduction, "cross_entropy")
+
+
+# --------------------------------------------------------------------------------------------
+# binary targets
+# --------------------------------------------------------------------------------------------
+
+
+def _pair(input: Any, target: Any, op: str) -> tuple[Tensor, Tensor]:
+    """Input and target as float tensors of one dtype, broadcast together (PyTorch warns)."""
+    x = float_input(input, op)
+    t = float_input(target, op, "target")
+    x, t = same_float(x, t)
+    if x.shape != t.shape:
+        warnings.warn(
+            f"{op}: target size {t.shape} differs from input size {x.shape}; they will "
+            "broadcast, which is likely not intended",
+            UserWarning,
+            stacklevel=3,
+        )
+        shape = np.broadcast_shapes(x.shape, t.shape)
+        x, t = S.broadcast_to(x, shape), S.broadcast_to(t, shape)
+    return x, t
+
+
+def _times_weight(loss: Tensor, weight: Any, op: str) -> Tensor:
+    if weight is None:
+        return loss
+    return loss * S.astype(float_input(weight, op, "weight"), loss.dtype)
+
+
+def binary_cross_entropy(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``-(t log(x) + (1 - t) log(1 - x))`` on probabilities; each log is clamped at -100.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> round(F.binary_cross_entropy(tg.tensor([0.5]), tg.tensor([1.0])).item(), 4)
+    0.6931
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    x, t = _pair(input, target, "binary_cross_entropy")
+    a = x._data
+    if a.size and bool(((a < 0) | (a > 1)).any()):
+        raise ValueError(
+            "binary_cross_entropy: input values must be probabilities in [0, 1], got min "
+            f"{float(a.min())} max {float(a.max())}; for logits use "
+            "binary_cross_entropy_with_logits"
+        )
+    loss = -(t * _clamped_log(x) + (1.0 - t) * _clamped_log(1.0 - x))
+    return reduce_loss(_times_weight(loss, weight, "binary_cross_entropy"), reduction,
+                       "binary_cross_entropy")  # fmt: skip
+
+
+def _clamped_log(p: Tensor) -> Tensor:
+    """``max(log(p), -100)`` without evaluating log(0)."""
+    pos = p > 0
+    return E.where(pos, E.maximum(E.log(E.where(pos, p, 1.0)), -100.0), -100.0)
+
+
+def binary_cross_entropy_with_logits(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    pos_weight: Any = None,
+) -> Tensor:
+    """Sigmoid + binary cross-entropy in one stable expression:
+    ``(1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)``.
+
+    ``pos_weight`` weighs the positive term, broadcast along the last (class) axis.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> round(F.binary_cross_entropy_with_logits(tg.tensor([0.0]), tg.tensor([1.0])).item(), 4)
+    0.6931
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    x, t = _pair(input, target, "binary_cross_entropy_with_logits")
+    sp = E.softplus(-x)  # log(1 + exp(-x)), linear beyond the threshold: never overflows
+    if pos_weight is None:
+        loss = (1.0 - t) * x + sp
+    else:
+        pw = S.astype(float_input(pos_weight, "binary_cross_entropy_with_logits", "pos_weight"), x.dtype)
+        loss = (1.0 - t) * x + ((pw - 1.0) * t + 1.0) * sp
+    loss = _times_weight(loss, weight, "binary_cross_entropy_with_logits")
+    return reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def kl_div(
+    input: Any,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """Kullback-Leibler divergence ``target * (log(target) - input)`` with ``input`` given as
+    log-probabilities (and ``target`` too when ``log_target``).
+
+    ``reduction='batchmean'`` divides the sum by the batch size (the mathematically right
+    KL); ``'mean'`` divides by the number of elements (as PyTorch).
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> p = tg.tensor([[0.5, 0.5]])
+    >>> F.kl_div(p.log(), p, reduction="batchmean").item()
+    0.0
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "kl_div", ("batchmean",))
+    x, t = _pair(input, target, "kl_div")
+    if log_target:
+        loss = E.exp(t) * (t - x)
+    else:
+        pos = t > 0
+        # xlogy: 0 * log(0) is 0, and log never sees a zero
+        loss = E.where(pos, t * E.log(E.where(pos, t, 1.0)), 0.0) - t * x
+    if reduction == "batchmean":
+        total = R.sum(loss)
+        return total * (1.0 / x.shape[0]) if x.ndim else total
+    return reduce_loss(loss, reduction, "kl_div")
+
+
+# --------------------------------------------------------------------------------------------
+# regression losses
+# --------------------------------------------------------------------------------------------
+
+
+def _weighted_mean(loss: Tensor, weight: Any, reduction: str, op: str) -> Tensor:
+    """``weight * loss`` reduced, the mean dividing by ``sum(weight)`` (PyTorch's mse/l1 rule)."""
+    check_reduction(reduction, op)
+    w = S.astype(float_input(weight, op, "weight"), loss.dtype)
+    if w.shape != loss.shape:
+        raise ValueError(f"{op}: weight must have the input's shape {loss.shape}, got {w.shape}")
+    loss = loss * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    return R.sum(loss) / R.sum(w)
+
+
+def mse_loss(
+    input: Any,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    weight: Any = None,
+) -> Tensor:
+    """Squared error ``(input - target) ** 2``; with ``weight``, 'mean' is
+    ``sum(weight * err) / sum(weight)``.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.mse_loss(tg.tensor([1.0, 2.0]), tg.tensor([0.0, 0.0])).item()
+    2.5
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    x, t = _pair(input, target, "mse_loss")
+    d = x - t
+    loss = d * d
+    if weight is not None:
+        return _weighted_mean(loss, weight, reduction, "mse_loss")
+    return reduce_loss(loss, reduction, "mse_loss")
+
+
+def l1_loss(
+    input: Any,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    weight: Any = None,
+) -> Tensor:
+    """Absolute error ``|input - target|``; with ``weight``, 'mean' is
+    ``sum(weight * err) / sum(weight)``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    x, t = _pair(input, target, "l1_loss")
+    loss = E.abs(x - t)
+    if weight is not None:
+        return _weighted_mean(loss, weight, reduction, "l1_loss")
+    return reduce_loss(loss, reduction, "l1_loss")
+
+
+def _huber(d: Tensor, delta: float) -> Tensor:
+    a = E.abs(d)
+    return E.where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
+
+
+def huber_loss(
+    input: Any, target: Any, reduction: str = "mean", delta: float = 1.0, weight: Any = None
+) -> Tensor:
+    """``0.5 d ** 2`` where ``|d| < delta``, else ``delta (|d| - delta / 2)``; d = input - target.
+
+    With ``weight``, 'mean' is the plain mean of ``weight * loss`` (as PyTorch).
+    """
+    x, t = _pair(input, target, "huber_loss")
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    loss = _huber(x - t, delta)
+    if weight is not None:
+        w = S.astype(float_input(weight, "huber_loss", "weight"), loss.dtype)
+        if w.shape != loss.shape:
+            raise ValueError(f"huber_loss: weight must have the input's shape {loss.shape}, got {w.shape}")
+        loss = loss * w
+    return reduce_loss(loss, reduction, "huber_loss")
+
+
+def smooth_l1_loss(
+    input: Any,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
+    """``0.5 d ** 2 / beta`` where ``|d| < beta``, else ``|d| - beta / 2`` (Huber / beta)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    x, t = _pair(input, target, "smooth_l1_loss")
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    d = x - t
+    if beta == 0:
+        return reduce_loss(E.abs(d), reduction, "smooth_l1_loss")
+    a = E.abs(d)
+    loss = E.where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta)
+    return reduce_loss(loss, reduction, "smooth_l1_loss")
+
+
+# --------------------------------------------------------------------------------------------
+# embedding and ranking losses
+# --------------------------------------------------------------------------------------------
+
+
+def _signs(target: Any, like: Tensor) -> Tensor:
+    """The +1/-1 targets as a constant of the input's dtype."""
+    t = target._data if isinstance(target, Tensor) else np.asarray(target)
+    return _wrap(t.astype(like.dtype))
+
+
+def cosine_embedding_loss(
+    input1: Any,
+    input2: Any,
+    target: Any,
+    margin: float = 0,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``1 - cos(x1, x2)`` where ``target == 1``, ``max(0, cos(x1, x2) - margin)`` where it is -1.
+
+    The cosine is taken along the last axis with ``1e-12`` added to each squared norm.
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    a = float_input(input1, "cosine_embedding_loss", "input1")
+    b = float_input(input2, "cosine_embedding_loss", "input2")
+    a, b = same_float(a, b)
+    y = _signs(target, a)
+    if a.shape != b.shape or a.ndim not in (1, 2) or y.shape != a.shape[:-1]:
+        raise ValueError(
+            "cosine_embedding_loss: inputs must be (N, D) with target (N,), or (D,) with a "
+            f"scalar target; got {a.shape}, {b.shape} and target {y.shape}"
+        )
+    eps = 1e-12
+    dot = R.sum(a * b, axis=-1)
+    den = E.sqrt((R.sum(a * a, axis=-1) + eps) * (R.sum(b * b, axis=-1) + eps))
+    cos = dot / den
+    pos = E.where(y == 1, 1.0 - cos, 0.0)
+    neg = E.where(y == -1, E.clip(cos - margin, min=0.0), 0.0)
+    return reduce_loss(pos + neg, reduction, "cosine_embedding_loss")
+
+
+def margin_ranking_loss(
+    input1: Any,
+    input2: Any,
+    target: Any,
+    margin: float = 0,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``max(0, -target * (input1 - input2) + margin)``; ``target`` is 1 or -1."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    a = float_input(input1, "margin_ranking_loss", "input1")
+    b = float_input(input2, "margin_ranking_loss", "input2")
+    a, b = same_float(a, b)
+    y = _signs(target, a)
+    if not (a.shape == b.shape == y.shape):
+        raise ValueError(
+            f"margin_ranking_loss: input1 {a.shape}, input2 {b.shape} and target {y.shape} "
+            "must have one shape"
+        )
+    loss = E.clip(-y * (a - b) + margin, min=0.0)
+    return reduce_loss(loss, reduction, "margin_ranking_loss")

@@ -1,0 +1,399 @@
+"""Pooling over (N, C, H, W): max, average and their adaptive forms.
+
+Max pooling finds each window's first maximum (PyTorch's rule: ties go to the first element in
+row-major order, not split) with kh * kw strided passes, then gathers by that index; the gather
+(``nn.pool_gather``) and its adjoint (``nn.pool_scatter``) are each other's VJP. Average pooling
+is a window sum (``nn.sum_pool2d``, adjoint ``nn.sum_pool2d_grad``) times a constant divisor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np, xp_of
+from .._tape import apply, defprim
+from .._tensor import Tensor, _wrap
+from ..ops import _linalg as L
+from ..ops import _reduce as R
+from ..ops import _shape as S
+from ._f_common import float_input, ntuple
+from ._f_conv import Geom, pad_array
+
+# --------------------------------------------------------------------------------------------
+# gather / scatter by a flat index into each (H * W) plane
+# --------------------------------------------------------------------------------------------
+
+
+def _gather_fwd(x: Any, idx: Any, overlap: bool) -> Any:
+    n, c = x.shape[:2]
+    flat = x.reshape(n, c, -1)
+    return xp_of(x).take_along_axis(flat, idx.reshape(n, c, -1), axis=2).reshape(idx.shape)
+
+
+def _scatter_fwd(g: Any, idx: Any, overlap: bool, in_hw: tuple[int, int]) -> Any:
+    xp = xp_of(g)
+    n, c = g.shape[:2]
+    hw = in_hw[0] * in_hw[1]
+    if not overlap:  # windows do not overlap: every input element receives at most once
+        out = xp.zeros((n, c, hw), dtype=g.dtype)
+        xp.put_along_axis(out, idx.reshape(n, c, -1), g.reshape(n, c, -1), axis=2)
+    else:  # a global bincount sums the collisions (np.add.at is far slower)
+        base = (xp.arange(n * c, dtype=idx.dtype) * hw).reshape(n, c, 1)
+        gidx = (idx.reshape(n, c, -1) + base).reshape(-1)
+        out = xp.bincount(gidx, weights=g.reshape(-1), minlength=n * c * hw).astype(g.dtype)
+    return out.reshape((n, c) + tuple(in_hw))
+
+
+POOL_GATHER = defprim(
+    "nn.pool_gather",
+    _gather_fwd,
+    lambda g, ans, x, idx, overlap: apply(
+        POOL_SCATTER, g, idx=idx, overlap=overlap, in_hw=x.shape[2:]
+    ),
+    (0,),
+)
+POOL_SCATTER = defprim(
+    "nn.pool_scatter",
+    _scatter_fwd,
+    lambda gg, ans, g, idx, overlap, in_hw: apply(POOL_GATHER, gg, idx=idx, overlap=overlap),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# window sums (average pooling without the divisor)
+# --------------------------------------------------------------------------------------------
+
+
+def _tiles(geom: Geom) -> bool:
+    """Windows tile the input exactly (stride == kernel, no padding, no dilation, no remainder)."""
+    _, _, h, w = geom.in_shape
+    (kh, kw), (sh, sw), (ho, wo) = geom.kernel, geom.stride, geom.out_hw
+    return (
+        (kh, kw) == (sh, sw)
+        and geom.dilation == (1, 1)
+        and not any(a or b for a, b in geom.padding)
+        and (ho * kh, wo * kw) == (h, w)
+    )
+
+
+def _sum_pool_fwd(x: Any, geom: Geom) -> Any:
+    n, c = x.shape[:2]
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    if _tiles(geom):
+        return x.reshape(n, c, ho, kh, wo, kw).sum(axis=(3, 5))
+    xp_ = pad_array(x, geom.padding)
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            v = xp_[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
+            out = v.copy() if out is None else out.__iadd__(v)
+    return out
+
+
+def _sum_pool_grad_fwd(g: Any, geom: Geom) -> Any:
+    n, c, h, w = geom.in_shape
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    xp = xp_of(g)
+    if _tiles(geom):
+        big = xp.broadcast_to(g.reshape(n, c, ho, 1, wo, 1), (n, c, ho, kh, wo, kw))
+        return big.reshape(n, c, h, w)
+    (pt, pb), (pl, pr) = geom.padding
+    acc = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            acc[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += g
+    return xp.ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
+
+
+SUM_POOL = defprim(
+    "nn.sum_pool2d", _sum_pool_fwd, lambda g, ans, x, geom: apply(SUM_POOL_GRAD, g, geom=geom)
+)
+SUM_POOL_GRAD = defprim(
+    "nn.sum_pool2d_grad", _sum_pool_grad_fwd, lambda gg, ans, g, geom: apply(SUM_POOL, gg, geom=geom)
+)
+
+
+# --------------------------------------------------------------------------------------------
+# argument handling
+# --------------------------------------------------------------------------------------------
+
+
+def _pool_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    span = n + 2 * p - d * (k - 1) - 1
+    if ceil_mode:
+        out = -(-span // s) + 1
+        if (out - 1) * s >= n + p:  # the last window must start inside the input or left pad
+            out -= 1
+        return out
+    return span // s + 1
+
+
+def _pool_args(
+    x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, op: str
+) -> Geom:
+    if x.ndim != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
+    k = ntuple(kernel_size, 2, "kernel_size", op)
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else ntuple(stride, 2, "stride", op)
+    p = ntuple(padding, 2, "padding", op)
+    d = ntuple(dilation, 2, "dilation", op)
+    if min(k) < 1 or min(s) < 1 or min(d) < 1:
+        raise ValueError(f"{op}: kernel_size {k}, stride {s} and dilation {d} must be positive")
+    if any(pp > kk // 2 for pp, kk in zip(p, k)):
+        raise ValueError(f"{op}: padding {p} must be at most half the kernel size {k}")
+    n, c, h, w = x.shape
+    ho, wo = (_pool_size(v, kk, ss, pp, dd, ceil_mode) for v, kk, ss, pp, dd in zip((h, w), k, s, p, d))
+    if ho < 1 or wo < 1:
+        raise ValueError(f"{op}: the input {x.shape} is too small for kernel {k} (padding {p})")
+    # ceil_mode windows may run past the input: pad the far side so they fit
+    pad = tuple(
+        (pp, max(pp, (o - 1) * ss + dd * (kk - 1) + 1 - v - pp))
+        for v, kk, ss, pp, dd, o in zip((h, w), k, s, p, d, (ho, wo))
+    )
+    return Geom((n, c, h, w), k, s, pad, d, (ho, wo))  # type: ignore[arg-type]
+
+
+def _batched(x: Tensor) -> tuple[Tensor, bool]:
+    if x.ndim == 3:
+        return S.expand_dims(x, 0), True
+    return x, False
+
+
+def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
+    return S.squeeze(t, 0) if unbatched else t
+
+
+def _max_index(x: Any, geom: Geom) -> Any:
+    """The flat (H * W) index of each window's first maximum, (N, C, Ho, Wo) int64."""
+    n, c, h, w = geom.in_shape
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    (pt, _), (pl, _) = geom.padding
+    xp = xp_of(x)
+    xp_ = pad_array(x, geom.padding, -np.inf)
+    best = None
+    arg = xp.zeros((n, c, ho, wo), dtype=np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            v = xp_[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
+            if best is None:
+                best = v.copy()
+                continue
+            better = (v > best) | (xp.isnan(v) & ~xp.isnan(best))  # NaN wins, as in PyTorch
+            xp.copyto(best, v, where=better)
+            xp.copyto(arg, i * kw + j, where=better)
+    ki, kj = arg // kw, arg % kw
+    rows = xp.arange(ho).reshape(ho, 1) * sh - pt + ki * dh
+    cols = xp.arange(wo) * sw - pl + kj * dw
+    return rows * w + cols
+
+
+def max_pool2d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """2-D max pooling; ``stride`` defaults to ``kernel_size``; padding counts as -inf.
+
+    The gradient goes to the first maximum of each window (PyTorch's rule); with
+    ``return_indices=True`` also returns those positions as flat indices into H * W.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.max_pool2d(tg.arange(16.0).reshape(1, 1, 4, 4), 2).tolist()
+    [[[[5.0, 7.0], [13.0, 15.0]]]]
+    """
+    x = float_input(input, "max_pool2d")
+    x, unb = _batched(x)
+    geom = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+    idx = _max_index(x._data, geom)
+    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
+    overlap = sh < dh * (kh - 1) + 1 or sw < dw * (kw - 1) + 1
+    out = _unbatch(apply(POOL_GATHER, x, idx=idx, overlap=overlap), unb)
+    if return_indices:
+        return out, _unbatch(_wrap(idx), unb)
+    return out
+
+
+def max_pool1d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """1-D max pooling over (N, C, L), as max_pool2d over a height of 1."""
+    one = ntuple
+    k = one(kernel_size, 1, "kernel_size", "max_pool1d")[0]
+    s = k if stride is None else one(stride, 1, "stride", "max_pool1d")[0]
+    res = max_pool2d(
+        S.expand_dims(float_input(input, "max_pool1d"), -2),
+        (1, k),
+        (1, s),
+        (0, one(padding, 1, "padding", "max_pool1d")[0]),
+        (1, one(dilation, 1, "dilation", "max_pool1d")[0]),
+        ceil_mode,
+        return_indices,
+    )
+    if return_indices:
+        return S.squeeze(res[0], -2), S.squeeze(res[1], -2)
+    return S.squeeze(res, -2)
+
+
+def _divisor(geom: Geom, p: tuple[int, int], count_include_pad: bool, dtype: Any) -> Any:
+    """PyTorch's avg-pool divisor per output position, as an (Ho, Wo) array."""
+    counts = []
+    for v, k, s, pp, o in zip(geom.in_shape[2:], geom.kernel, geom.stride, p, geom.out_hw):
+        start = np.arange(o) * s - pp
+        end = np.minimum(start + k, v + pp)
+        if count_include_pad:
+            counts.append(end - start)
+        else:
+            counts.append(np.minimum(end, v) - np.maximum(start, 0))
+    return np.outer(counts[0], counts[1]).astype(dtype)
+
+
+def avg_pool2d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """2-D average pooling with PyTorch's divisor rules (``count_include_pad``, ``ceil_mode``,
+    ``divisor_override``).
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.avg_pool2d(tg.arange(16.0).reshape(1, 1, 4, 4), 2).tolist()
+    [[[[2.5, 4.5], [10.5, 12.5]]]]
+    """
+    x = float_input(input, "avg_pool2d")
+    x, unb = _batched(x)
+    geom = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+    sums = apply(SUM_POOL, x, geom=geom)
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ValueError("avg_pool2d: divisor_override must be non-zero")
+        return _unbatch(sums * (1.0 / divisor_override), unb)
+    p = ntuple(padding, 2, "padding", "avg_pool2d")
+    div = _divisor(geom, p, count_include_pad, x.dtype)
+    if (div == div.flat[0]).all():
+        return _unbatch(sums * (1.0 / float(div.flat[0])), unb)
+    return _unbatch(sums * _wrap(xp_of(x._data).asarray(1.0 / div)), unb)
+
+
+def avg_pool1d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    """1-D average pooling over (N, C, L), as avg_pool2d over a height of 1."""
+    one = ntuple
+    k = one(kernel_size, 1, "kernel_size", "avg_pool1d")[0]
+    s = k if stride is None else one(stride, 1, "stride", "avg_pool1d")[0]
+    out = avg_pool2d(
+        S.expand_dims(float_input(input, "avg_pool1d"), -2),
+        (1, k),
+        (1, s),
+        (0, one(padding, 1, "padding", "avg_pool1d")[0]),
+        ceil_mode,
+        count_include_pad,
+    )
+    return S.squeeze(out, -2)
+
+
+# --------------------------------------------------------------------------------------------
+# adaptive pooling: window i covers [floor(i * n / o), ceil((i + 1) * n / o))
+# --------------------------------------------------------------------------------------------
+
+
+def _adaptive_out(x: Tensor, output_size: Any, op: str) -> tuple[int, int]:
+    if x.ndim != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
+    if isinstance(output_size, (int, np.integer)) or output_size is None:
+        output_size = (output_size, output_size)
+    o = tuple(x.shape[2 + i] if v is None else int(v) for i, v in enumerate(output_size))
+    if len(o) != 2 or min(o) < 1:
+        raise ValueError(f"{op}: output_size must be 1 or 2 positive ints, got {output_size!r}")
+    return o  # type: ignore[return-value]
+
+
+def _bounds(n: int, o: int) -> list[tuple[int, int]]:
+    return [((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)]
+
+
+def _avg_matrix(n: int, o: int, dtype: Any) -> Any:
+    m = np.zeros((o, n), dtype=dtype)
+    for i, (a, b) in enumerate(_bounds(n, o)):
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> Tensor:
+    """Average pooling to a fixed output size (``None`` keeps that input size).
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.adaptive_avg_pool2d(tg.ones((2, 3, 7, 5)), 1).shape
+    (2, 3, 1, 1)
+    """
+    x = float_input(input, "adaptive_avg_pool2d")
+    x, unb = _batched(x)
+    oh, ow = _adaptive_out(x, output_size, "adaptive_avg_pool2d")
+    h, w = x.shape[2:]
+    if (oh, ow) == (1, 1):
+        return _unbatch(R.mean(x, axis=(2, 3), keepdims=True), unb)
+    if h % oh == 0 and w % ow == 0:
+        return _unbatch(avg_pool2d(x, (h // oh, w // ow)), unb)
+    # windows of unequal size: two small linear maps, (oh, H) @ x @ (W, ow)
+    xp = xp_of(x._data)
+    ah = _wrap(xp.asarray(_avg_matrix(h, oh, x.dtype)))
+    aw = _wrap(xp.asarray(_avg_matrix(w, ow, x.dtype).T))
+    return _unbatch(L.matmul(L.matmul(ah, x), aw), unb)
+
+
+def adaptive_max_pool2d(input: Any, output_size: Any, return_indices: bool = False) -> Any:
+    """Max pooling to a fixed output size; the gradient goes to each window's first maximum.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.adaptive_max_pool2d(tg.arange(16.0).reshape(1, 1, 4, 4), 1).tolist()
+    [[[[15.0]]]]
+    """
+    x = float_input(input, "adaptive_max_pool2d")
+    x, unb = _batched(x)
+    oh, ow = _adaptive_out(x, output_size, "adaptive_max_pool2d")
+    n, c, h, w = x.shape
+    if h % oh == 0 and w % ow == 0:
+        return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+    a = x._data
+    xp = xp_of(a)
+    # separable: the first maximum along W in each column window, then along H
+    colmax = xp.empty((n, c, h, ow), dtype=a.dtype)
+    colarg = xp.empty((n, c, h, ow), dtype=np.int64)
+    for j, (s0, s1) in enumerate(_bounds(w, ow)):
+        seg = a[..., s0:s1]
+        k = xp.argmax(seg, axis=-1)
+        colarg[..., j] = k + s0
+        colmax[..., j] = xp.take_along_axis(seg, k[..., None], axis=-1)[..., 0]
+    idx = xp.empty((n, c, oh, ow), dtype=np.int64)
+    for i, (s0, s1) in enumerate(_bounds(h, oh)):
+        r = xp.argmax(colmax[:, :, s0:s1], axis=2)  # (N, C, ow)
+        col = xp.take_along_axis(colarg[:, :, s0:s1], r[:, :, None], axis=2)[:, :, 0]
+        idx[:, :, i] = (r + s0) * w + col
+    out = _unbatch(apply(POOL_GATHER, x, idx=idx, overlap=True), unb)
+    if return_indices:
+        return out, _unbatch(_wrap(idx), unb)
+    return out
+

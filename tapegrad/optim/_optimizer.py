@@ -1,0 +1,286 @@
+"""The optimizer base: parameter groups, per-parameter state, ``step(grads)`` and state dicts.
+
+A subclass supplies the per-parameter rule (as MLX's ``init_single`` / ``apply_single``); this
+base does the bookkeeping (as PyTorch's ``optim/optimizer.py``): groups with their own
+hyperparameters, state keyed by parameter, the missing-gradient check, and state dicts in
+PyTorch's layout (state keyed by parameter index, ``param_groups`` with ``params`` index lists).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from .. import _backend as B
+from .._backend import np
+from .._tensor import Tensor
+
+_NO_GRAD_CAUSES = (
+    "it got no gradient: the Gradients passed to step() has no entry for it. Likely causes: it "
+    "was not used in the forward pass; the gradient was asked for other sources "
+    "(tape.gradient(loss, other_module)); the loss was computed outside a tape or under "
+    "tg.no_grad(); or its branch was cut by detach()/stop_gradient()"
+)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+class Optimizer:
+    """Base class: bookkeeping for parameter groups and per-parameter state.
+
+    Subclasses set ``defaults`` (hyperparameter names and default values), validate them in
+    ``check_group`` and implement ``init_single(p, group) -> state`` and
+    ``apply_single(p, g, state, group)``, which updates the array ``p`` in place from the
+    gradient array ``g`` (never modified).
+
+    ``params`` is an iterable of Parameters (e.g. ``model.parameters()``) or of dicts, each a
+    parameter group ``{"params": [...], "lr": ...}`` whose keys override the defaults.
+    """
+
+    defaults: dict[str, Any]
+    # The state entries that are arrays shaped like the parameter (the rest are numbers).
+    array_state: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict[str, Any]] = []
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        # flat scratch buffers keyed by (dtype, device, slot), grown to the largest parameter,
+        # so the in-place rules need no per-step temporaries
+        self._scratch: dict[tuple[Any, ...], Any] = {}
+        name = type(self).__name__
+        if isinstance(params, Tensor):
+            raise TypeError(
+                f"{name}: params must be an iterable of Parameters or of param-group dicts, got "
+                "a single tensor; pass [p] or model.parameters()"
+            )
+        if hasattr(params, "parameters") and callable(params.parameters):
+            params = params.parameters()  # a Module
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{name}: got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for g in groups:
+            self.add_param_group(g)
+
+    # -- groups ---------------------------------------------------------------------------------
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        """Add a group of parameters with its own hyperparameters (the rest from ``defaults``)."""
+        name = type(self).__name__
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{name}: a parameter group must be a dict with a 'params' key")
+        ps = group["params"]
+        params = [ps] if isinstance(ps, Tensor) else list(ps)
+        for k in group:
+            if k not in self.defaults and k not in ("params", "initial_lr"):
+                raise ValueError(
+                    f"{name}: unknown hyperparameter {k!r} in a parameter group; "
+                    f"{name} takes {sorted(self.defaults)}"
+                )
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name}: can only optimize Tensors/Parameters, got {type(p).__name__}")
+            if p.dtype.kind != "f":
+                raise TypeError(f"{name}: a parameter of dtype {p.dtype} cannot be optimized; use a float dtype")
+            if id(p) in seen:
+                raise ValueError(
+                    f"{name}: parameter {_pname(p)} appears in more than one group (or twice); "
+                    "each parameter may belong to one group only"
+                )
+            seen.add(id(p))
+        full = {**self.defaults, **group, "params": params}
+        self.check_group(full)
+        self.param_groups.append(full)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        """Validate a group's hyperparameters; raise ValueError naming the bad one."""
+        self._check("lr", group["lr"], lo=0.0)
+
+    def _check(
+        self, key: str, v: Any, *, lo: float = 0.0, hi: float | None = None, hi_open: bool = False
+    ) -> None:
+        name = type(self).__name__
+        if not _is_number(v):
+            raise TypeError(f"{name}: {key} must be a number, got {v!r}")
+        bad = v < lo or (hi is not None and (v >= hi if hi_open else v > hi)) or math.isnan(v)
+        if bad:
+            rng = f"[{lo}, {hi})" if hi_open else (f"[{lo}, {hi}]" if hi is not None else f">= {lo}")
+            raise ValueError(f"{name}: invalid {key}={v!r}; it must be in {rng}")
+
+    # -- the rule (subclasses) ------------------------------------------------------------------
+    def init_single(self, p: Any, group: dict[str, Any]) -> dict[str, Any]:
+        """The initial state for one parameter array ``p``."""
+        return {}
+
+    def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Update the array ``p`` in place from its gradient ``g``."""
+        raise NotImplementedError
+
+    def tmp(self, like: Any, slot: int = 0) -> Any:
+        """A scratch array shaped like ``like`` (its contents are garbage), reused across calls."""
+        key = (like.dtype, type(like), slot)
+        buf = self._scratch.get(key)
+        if buf is None or buf.size < like.size:
+            buf = B.xp_of(like).empty(like.size, dtype=like.dtype)
+            self._scratch[key] = buf
+        return buf[: like.size].reshape(like.shape)
+
+    # -- step -----------------------------------------------------------------------------------
+    def step(self, grads: Any, allow_missing: bool = False) -> None:
+        """Update every trainable parameter in place from ``grads`` (a ``tg.Gradients``).
+
+        A trainable parameter without a gradient raises an error naming it and the reason the
+        tape recorded, unless ``allow_missing=True`` (then it is skipped). Parameters with
+        ``requires_grad=False`` are skipped.
+        """
+        if not hasattr(grads, "get"):
+            raise TypeError(
+                f"{type(self).__name__}.step: expected the tg.Gradients from tape.gradient(...) "
+                f"(or a dict parameter -> gradient), got {type(grads).__name__}"
+            )
+        work = []
+        missing = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not getattr(p, "requires_grad", True):
+                    continue
+                g = grads.get(p)
+                if g is None:
+                    if not allow_missing:
+                        missing.append(p)
+                    continue
+                ga = g._data if isinstance(g, Tensor) else g
+                if ga.shape != p._data.shape:
+                    raise ValueError(
+                        f"{type(self).__name__}.step: the gradient for {_pname(p)} has shape "
+                        f"{tuple(ga.shape)} but the parameter has shape {p.shape}"
+                    )
+                work.append((p, ga, group))
+        if missing:
+            self._raise_missing(missing, grads)
+        for p, ga, group in work:
+            st = self.state.get(p)
+            if st is None:
+                st = self.state[p] = self.init_single(p._data, group)
+            self.apply_single(p._data, ga, st, group)
+            p._version += 1
+
+    def _raise_missing(self, missing: list[Tensor], grads: Any) -> None:
+        reasons = getattr(grads, "missing", {}) or {}
+        lines = []
+        for p in missing:
+            why = reasons.get(p) if isinstance(reasons, dict) else None
+            shape = f" (shape {p.shape})" if getattr(p, "name", None) else ""
+            lines.append(f"  - {_pname(p)}{shape}: {why or _NO_GRAD_CAUSES}")
+        raise RuntimeError(
+            f"{type(self).__name__}.step: {len(missing)} trainable parameter(s) have no gradient:\n"
+            + "\n".join(lines)
+            + "\nFreeze them (p.requires_grad = False, or module.requires_grad_(False)) or call "
+            "step(grads, allow_missing=True) to skip them."
+        )
+
+    # -- state dicts ----------------------------------------------------------------------------
+    def _indexed(self) -> Iterator[tuple[int, Tensor]]:
+        i = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                yield i, p
+                i += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``.
+
+        PyTorch's layout, with numpy arrays (copies, so later steps do not change it).
+        """
+        index = {id(p): i for i, p in self._indexed()}
+        groups = []
+        for group in self.param_groups:
+            d = {k: v for k, v in group.items() if k != "params"}
+            d["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(d)
+        state = {}
+        for p, st in self.state.items():
+            if id(p) in index:
+                state[index[id(p)]] = {
+                    k: (B.to_device(v, "cpu").copy() if B.is_array(v) else v) for k, v in st.items()
+                }
+        return {"state": dict(sorted(state.items())), "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore from ``state_dict()`` (keys may be strings, as after a JSON round trip).
+
+        A PyTorch optimizer's state dict converted to numpy loads too (its step counts and
+        extra group keys are accepted).
+        """
+        name = type(self).__name__
+        groups = state_dict.get("param_groups")
+        if not isinstance(groups, list) or "state" not in state_dict:
+            raise ValueError(f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'")
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"{name}.load_state_dict: the state dict has {len(groups)} parameter groups, "
+                f"this optimizer has {len(self.param_groups)}"
+            )
+        by_index: dict[int, Tensor] = {}
+        new_groups = []
+        for gi, (saved, own) in enumerate(zip(groups, self.param_groups, strict=True)):
+            if len(saved["params"]) != len(own["params"]):
+                raise ValueError(
+                    f"{name}.load_state_dict: group {gi} has {len(saved['params'])} parameters "
+                    f"in the state dict but {len(own['params'])} here"
+                )
+            for i, p in zip(saved["params"], own["params"], strict=True):
+                by_index[int(i)] = p
+            g = {k: v for k, v in saved.items() if k != "params"}
+            for k, v in g.items():  # tuples (betas) come back from JSON as lists
+                if isinstance(self.defaults.get(k), tuple) and isinstance(v, list):
+                    g[k] = tuple(v)
+            g["params"] = own["params"]
+            self.check_group(g)
+            new_groups.append(g)
+        new_state: dict[Tensor, dict[str, Any]] = {}
+        for k, st in state_dict["state"].items():
+            p = by_index.get(int(k))
+            if p is None:
+                raise ValueError(f"{name}.load_state_dict: state for parameter index {k} matches no parameter")
+            new_state[p] = self._load_single(p, st)
+        self.param_groups = new_groups
+        self.state = new_state
+
+    def _load_single(self, p: Tensor, st: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, val in st.items():
+            v = val._data if isinstance(val, Tensor) else val
+            if k in self.array_state:
+                a = B.to_device(B.to_device(v, "cpu") if B.is_array(v) else np.asarray(v), p.device)
+                if tuple(a.shape) != p.shape:
+                    raise ValueError(
+                        f"{type(self).__name__}.load_state_dict: state '{k}' of {_pname(p)} has "
+                        f"shape {tuple(a.shape)}, the parameter has shape {p.shape}"
+                    )
+                out[k] = a.astype(p.dtype, copy=True)
+            elif k == "step":
+                out[k] = int(np.asarray(v).item() if not isinstance(v, (int, float)) else v)
+            else:
+                out[k] = v
+        return out
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(group):
+                if k != "params":
+                    lines.append(f"    {k}: {group[k]}")
+        return "\n".join(lines) + "\n)"
+
+
+def _pname(p: Tensor) -> str:
+    n = getattr(p, "name", None)
+    return f"'{n}'" if n else f"an unnamed parameter (shape {p.shape})"
+

@@ -1,0 +1,121 @@
+"""The benchmark suite cannot rot: one step of every workload at tiny size, checked against its
+PyTorch twin, plus the report, the chart and the memory probe. Nothing here is timed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import suite  # noqa: E402
+import workloads as W  # noqa: E402
+
+import tapegrad as tg  # noqa: E402
+
+STEP_KEYS = list(W.STEP_WORKLOADS)  # a b c d e g
+
+
+def _one_step(framework: str, key: str) -> tuple[float, dict[str, np.ndarray]]:
+    b = W.build(framework, key, tiny=True)
+    loss = b.value(b.step())
+    return loss, b.state()
+
+
+def _assert_same_state(got: dict, want: dict, atol: float = 2e-5) -> None:
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=atol, err_msg=k)
+
+
+@pytest.mark.parametrize("key", STEP_KEYS)
+def test_tapegrad_step_matches_torch(key):
+    init = W.make_weights(key, tiny=True)
+    loss, state = _one_step("tapegrad", key)
+    ref_loss, ref_state = _one_step("torch", key)
+    assert np.isfinite(loss)
+    assert loss == pytest.approx(ref_loss, rel=1e-4)
+    _assert_same_state(state, ref_state)
+    # the step updated the weights (SGD ran on real gradients)
+    assert any(not np.array_equal(state[k], init[k]) for k in init)
+
+
+@pytest.mark.parametrize("key", ["a", "b"])
+def test_numpy_by_hand_matches_torch(key):
+    loss, state = _one_step("numpy", key)
+    ref_loss, ref_state = _one_step("torch", key)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    _assert_same_state(state, ref_state)
+
+
+@pytest.mark.slow  # importing JAX and compiling takes several seconds
+@pytest.mark.parametrize("key", ["c", "e"])
+def test_jax_twin_matches_torch(key):
+    pytest.importorskip("jax")
+    loss, state = _one_step("jax", key)
+    ref_loss, ref_state = _one_step("torch", key)
+    assert loss == pytest.approx(ref_loss, rel=1e-4)
+    _assert_same_state(state, ref_state)
+
+
+@pytest.mark.skipif(not hasattr(tg, "compile"), reason="tg.compile is not available")
+def test_compiled_steps_match_eager():
+    eager = W.build("tapegrad", "b", tiny=True)
+    comp = W.build("tapegrad-compiled", "b", tiny=True)
+    for _ in range(4):  # the first calls capture, the later ones replay
+        assert comp.value(comp.step()) == pytest.approx(eager.value(eager.step()), rel=1e-5)
+    assert not comp.notes, comp.notes  # it did not fall back to eager
+    _assert_same_state(comp.state(), eager.state(), atol=1e-6)
+
+
+def test_gemm_count_and_flops():
+    shapes = W.gemm_shapes("g", tiny=True)
+    assert len(shapes) == 5  # 3 per layer, less the first layer's input gradient
+    for _, a, b in shapes:
+        assert a[1] == b[0]
+    W.numpy_gemm_step("g", tiny=True)()
+    n, w = W.dims("g", tiny=True)["batch"], W.dims("g", tiny=True)["sizes"][0]
+    assert W.gemm_flops("g", tiny=True) == 5 * 2 * n * w * w
+
+
+def test_report_and_chart(tmp_path):
+    fws = ["tapegrad", "torch", "numpy"]
+    wl = suite.time_workload("a", fws, rounds=1, min_time=1e-3, tiny=True, log=lambda *_: None)
+    assert set(wl["times"]) == set(fws), wl["errors"]
+    wl["memory"] = {"tapegrad": {"rise_bytes": 3 << 20}, "torch": {"rise_bytes": 4 << 20}}
+    results = {
+        "machine": {"cpu": "test cpu", "cores": 2, "platform": "x", "python": "3", "numpy": "2",
+                    "blas": {"internal_api": "openblas", "num_threads": 2}, "env": {
+                        "OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}},
+        "config": {"rounds": 1, "min_time": 1e-3},
+        "workloads": {"a": wl},
+        "overhead": {"numpy": 1.0, "torch (no autograd)": 4.0, "tapegrad untraced": 2.0,
+                     "torch autograd": 6.0, "tapegrad recorded": 3.0},
+    }
+    md = suite.render_markdown(results, chart="results.png")
+    assert "| (a) " + W.TITLES["a"] in md
+    assert "0.75x" in md  # memory: 3 MB over 4 MB
+    assert "(f) per-op, recorded on a tape | 3.00 µs/op | 2.00x" in md
+    assert "![speed ratios](results.png)" in md
+    suite.plot(results, tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").stat().st_size > 1000
+
+
+def test_memory_probe_runs_in_a_subprocess():
+    mem = suite.measure_memory("tapegrad", "a", timeout=120)
+    assert "error" not in mem, mem
+    assert mem["rise_bytes"] >= 0 and mem["baseline_bytes"] > 0
+
+
+def test_overhead_benchmark_runs(monkeypatch):
+    import overhead
+
+    monkeypatch.setattr(overhead, "ROUNDS", 1)
+    monkeypatch.setattr(overhead, "NUMBER", 200)
+    r = suite.run_overhead()
+    assert r["tapegrad recorded"] > 0 and r["tapegrad untraced"] > 0
+    assert r["recorded_over_torch"] > 0
