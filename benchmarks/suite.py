@@ -47,6 +47,7 @@ MEMORY_FLOOR = 1 << 20  # below 1 MB on both sides a rise is page and allocator 
 OVERHEAD_TARGETS = {"recorded": 1.0, "untraced": 0.5}  # benchmarks/overhead.py's, as speed ratios
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 PEERS = {"torch": "PyTorch eager", "jax": "JAX jit", "numpy": "numpy by hand"}
+MAX_LOAD = 0.15  # a round is "quiet" when other processes took at most this share of the CPU
 WARMUP_STEPS = 3  # tg.compile captures twice before it replays
 MEMORY_STEPS = 3
 # Allocator settings for the memory subprocesses: a fixed mmap threshold (glibc's default) turns
@@ -114,18 +115,74 @@ def _gemm_bench(tiny: bool = False) -> W.Bench:
     return W.Bench("numpy-gemm", "g", W.numpy_gemm_step("g", tiny), lambda _: 0.0)
 
 
-def _time_steps(bench: W.Bench, n: int) -> float:
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, all) clock ticks of the whole machine so far, from /proc/stat (Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return sum(v[:8]) - idle, sum(v[:8])
+
+
+def _time_steps(bench: W.Bench, n: int) -> tuple[float, float | None]:
+    """Seconds per step over ``n`` steps, and the share of the machine's CPU that other
+    processes (and the hypervisor, as steal) took meanwhile, when /proc/stat tells."""
+    j0, c0 = _cpu_jiffies(), os.times()
     t0 = time.perf_counter()
     out = None
     for _ in range(n):
         out = bench.step()
     bench.value(out)  # JAX dispatches asynchronously: wait for the last step
-    return (time.perf_counter() - t0) / n
+    dt = time.perf_counter() - t0
+    j1, c1 = _cpu_jiffies(), os.times()
+    load = None
+    if j0 and j1 and j1[1] > j0[1]:
+        hz = os.sysconf("SC_CLK_TCK")
+        ours = (c1.user + c1.system) - (c0.user + c0.system)
+        others = (j1[0] - j0[0]) / hz - ours
+        load = max(0.0, others / ((j1[1] - j0[1]) / hz))
+    return dt / n, load
+
+
+def machine_load(window: float = 0.5) -> float | None:
+    """Share of the machine's CPU that other processes took during ``window`` seconds."""
+    j0, c0 = _cpu_jiffies(), os.times()
+    time.sleep(window)
+    j1, c1 = _cpu_jiffies(), os.times()
+    if not (j0 and j1 and j1[1] > j0[1]):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    ours = (c1.user + c1.system) - (c0.user + c0.system)
+    return max(0.0, ((j1[0] - j0[0]) / hz - ours) / ((j1[1] - j0[1]) / hz))
+
+
+def wait_for_quiet(budget: float, log=print) -> float:
+    """Wait (up to ``budget`` seconds) until other processes leave the CPU; seconds waited."""
+    t0 = time.perf_counter()
+    said = False
+    while time.perf_counter() - t0 < budget:
+        load = machine_load()
+        if load is None or load <= MAX_LOAD:
+            break
+        if not said:
+            log(f"  waiting for the machine to quieten (others use {100 * load:.0f}% of the CPU)")
+            said = True
+        time.sleep(min(2.0, max(0.0, budget - (time.perf_counter() - t0))))
+    return time.perf_counter() - t0
 
 
 def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
-                  tiny: bool = False, log=print) -> dict[str, Any]:
-    """Median seconds per step of each framework on workload ``key``, rounds alternating."""
+                  tiny: bool = False, log=print, max_wait: float = 0.0) -> dict[str, Any]:
+    """Median seconds per step of each framework on workload ``key``, rounds alternating.
+
+    A round during which other processes took more than ``MAX_LOAD`` of the machine's CPU is
+    set aside and run again once the machine is quiet (waiting ``max_wait`` seconds at most in
+    all), up to ``3 * rounds`` rounds; the median is over the quiet rounds, or over all of them
+    when too few were quiet.
+    """
+    deadline = time.perf_counter() + max_wait
     res: dict[str, Any] = {"title": W.TITLES[key], "times": {}, "errors": {}, "first_loss": {},
                            "notes": {}}
     benches: dict[str, W.Bench] = {}
@@ -150,19 +207,34 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
             b.value(b.step())
             n += 1
         steps[fw] = max(1, math.ceil(min_time / (el / n)))
-    samples: dict[str, list[float]] = {fw: [] for fw in benches}
+    waited = wait_for_quiet(max(0.0, deadline - time.perf_counter()), log)
+    quiet: dict[str, list[float]] = {fw: [] for fw in benches}
+    samples: dict[str, list[tuple[float, float | None]]] = {fw: [] for fw in benches}
     order = list(benches)
-    for r in range(rounds):
-        for fw in order[r % len(order):] + order[: r % len(order)]:
+    for r in range(3 * rounds):
+        todo = [fw for fw in order if len(quiet[fw]) < rounds and fw not in res["errors"]]
+        if not todo:
+            break
+        k = r % len(todo)
+        for fw in todo[k:] + todo[:k]:  # rotate who goes first
             gc.collect()
             try:
-                samples[fw].append(_time_steps(benches[fw], steps[fw]))
+                t, load = _time_steps(benches[fw], steps[fw])
             except Exception as e:
                 res["errors"][fw] = f"{type(e).__name__}: {e}"
-    for fw, s in samples.items():
-        if s and fw not in res["errors"]:
-            res["times"][fw] = {"median_s": statistics.median(s), "samples": s,
-                                "steps_per_round": steps[fw]}
+                continue
+            samples[fw].append((t, load))
+            if load is None or load <= MAX_LOAD:
+                quiet[fw].append(t)
+            else:  # let the other work pass
+                waited += wait_for_quiet(max(0.0, deadline - time.perf_counter()), log)
+    res["waited_s"] = round(waited, 1)
+    for fw, smp in samples.items():
+        if smp and fw not in res["errors"]:
+            use = quiet[fw] if len(quiet[fw]) >= min(3, rounds) else [t for t, _ in smp]
+            res["times"][fw] = {"median_s": statistics.median(use), "samples": smp,
+                                "steps_per_round": steps[fw], "quiet_rounds": len(quiet[fw]),
+                                "rounds": len(smp)}
         if benches[fw].notes:
             res["notes"][fw] = "; ".join(benches[fw].notes)
     if key == "g":
@@ -234,7 +306,7 @@ def run_overhead() -> dict[str, float]:
         torch.set_num_threads(threads)  # overhead.py pins torch to one thread
 
 
-def run_blas_env(rounds: int, min_time: float, log=print) -> dict[str, Any]:
+def run_blas_env(rounds: int, min_time: float, max_wait: float, log=print) -> dict[str, Any]:
     """Workload (g) in two subprocesses: the OpenBLAS variables as found, and both unset."""
     out: dict[str, Any] = {}
     for label in ("as found", "unset"):
@@ -246,7 +318,7 @@ def run_blas_env(rounds: int, min_time: float, log=print) -> dict[str, Any]:
             path = Path(tmp) / "g.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), "--only", "g", "--no-memory",
                    "--frameworks", "tapegrad,torch", "--rounds", str(rounds), "--min-time",
-                   str(min_time), "--json", str(path)]
+                   str(min_time), "--max-wait", str(max_wait), "--json", str(path)]
             log(f"(g) with the OpenBLAS variables {label}: {' '.join(cmd[1:])}")
             p = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
             if p.returncode != 0:
@@ -327,7 +399,7 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"key": "f-unt", "label": "(f) untraced",
                      "torch": ov["torch (no autograd)"] / ov["tapegrad untraced"], "jax": None,
                      "numpy": ov["numpy"] / ov["tapegrad untraced"], "compiled": None,
-                     "target": None})
+                     "target": OVERHEAD_TARGETS["untraced"], "target_peer": "numpy"})
     return rows
 
 
@@ -394,9 +466,7 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
                       f"GEMM {100 * frac:.0f}% of numpy's (≥ {100 * GEMM_TARGET:.0f}%) "
                       f"{_check(frac, GEMM_TARGET)}")
         elif key == "f-unt":
-            nr = row["numpy"]
-            target = f"≥ {OVERHEAD_TARGETS['untraced']:.2f} vs numpy " + _check(
-                nr, OVERHEAD_TARGETS["untraced"])
+            target = f"≥ {row['target']:.2f} vs numpy {_check(row['numpy'], row['target'])}"
         elif row["target"] is not None:
             target = f"≥ {row['target']:.2f} {_check(row['torch'], row['target'])}"
         else:
@@ -415,9 +485,10 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
            if any(fw in wl["times"] or fw in wl["errors"] for wl in results["workloads"].values())]
     if fws:
         out += ["## Step times", "",
-                "Median milliseconds per training step (steps per round in parentheses); the last",
-                "column compares the first step's loss across frameworks (same weights, same "
-                "batch).", ""]
+                "Median milliseconds per training step; in parentheses the steps per round and "
+                "the rounds set aside and re-run because other processes took more than "
+                f"{100 * MAX_LOAD:.0f}% of the CPU meanwhile ('busy'). The last column compares "
+                "the first step's loss across frameworks (same weights, same batch).", ""]
         head = ["workload", *fws, "first-step loss, max relative difference"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for key, wl in results["workloads"].items():
@@ -425,7 +496,9 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             for fw in fws:
                 t = wl["times"].get(fw)
                 if t:
-                    cells.append(f"{1e3 * t['median_s']:.3g} ({t['steps_per_round']})")
+                    busy = t.get("rounds", 0) - t.get("quiet_rounds", t.get("rounds", 0))
+                    extra = f", {busy} busy" if busy else ""
+                    cells.append(f"{1e3 * t['median_s']:.3g} ({t['steps_per_round']}{extra})")
                 else:
                     cells.append("error" if fw in wl["errors"] else "—")
             losses = list(wl["first_loss"].values())
@@ -491,7 +564,10 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
     if be:
         out += ["## (g) with and without the OpenBLAS variables", "",
                 "Workload (g) re-run in two subprocesses: with `OPENBLAS_CORETYPE` and "
-                "`OPENBLAS_L2_SIZE` as found, and with both unset.", "",
+                "`OPENBLAS_L2_SIZE` as found, and with both unset."
+                + (" Both were unset as found, so the two rows are the same configuration and "
+                   "differ only by noise." if all(v is None for v in m["env"].values()) else ""),
+                "",
                 "| variables | values | BLAS architecture | tapegrad ms/step | numpy GEMM ms | "
                 "tapegrad GEMM fraction | vs PyTorch eager |", "|---|---|---|---|---|---|---|"]
         for label, r in be.items():
@@ -551,19 +627,24 @@ def plot(results: dict[str, Any], path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4.2))
     width = 0.8 / max(1, len(series))
     xs = np.arange(len(rows))
-    for i, (k, label, color) in enumerate(series):
+    offsets = {k: (i - (len(series) - 1) / 2) * width for i, (k, _, _) in enumerate(series)}
+    for k, label, color in series:
         vals = [r[k] if r[k] is not None else np.nan for r in rows]
-        ax.bar(xs + (i - (len(series) - 1) / 2) * width, vals, width, label=label, color=color)
+        bars = ax.bar(xs + offsets[k], vals, width, label=label, color=color)
+        ax.bar_label(bars, labels=["" if np.isnan(v) else f"{v:.2g}" for v in vals], fontsize=7,
+                     padding=1)
     for x, r in zip(xs, rows, strict=True):
-        if r["target"] is not None:
-            off = (0 - (len(series) - 1) / 2) * width
+        peer = r.get("target_peer", "torch")
+        if r["target"] is not None and peer in offsets:
+            off = offsets[peer]
             ax.plot([x + off - width / 2, x + off + width / 2], [r["target"]] * 2, color="k",
                     lw=2)
     ax.axhline(1.0, color="#cc0000", lw=1, ls="--")
     ax.set_yscale("log")
     ax.set_xticks(xs, [r["label"] for r in rows])
     ax.set_ylabel("tapegrad steps/s over the peer's")
-    ax.set_title("tapegrad speed ratios (above the dashed line: tapegrad faster; black: target)")
+    ax.set_title("tapegrad's speed over each peer (above 1: tapegrad faster; black: target)",
+                 fontsize=10)
     ax.legend(fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3, which="both")
     fig.tight_layout()
@@ -580,6 +661,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ["tapegrad", "tapegrad-compiled", "torch", "jax", "numpy"]))
     ap.add_argument("--rounds", type=int, help="rounds per workload (default 7; 3 with --quick)")
     ap.add_argument("--min-time", type=float, help="seconds per round (default 0.2)")
+    ap.add_argument("--max-wait", type=float,
+                    help="seconds per workload to wait for other processes to leave the CPU "
+                    "(default 300; 10 with --quick)")
     ap.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     ap.add_argument("--blas-env", action="store_true",
                     help="also run (g) with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset")
@@ -603,6 +687,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 W.dims(k)  # unknown names fail here, before any timing
     rounds = args.rounds or (3 if args.quick else 7)
     min_time = args.min_time or (0.1 if args.quick else 0.2)
+    max_wait = args.max_wait if args.max_wait is not None else (10.0 if args.quick else 300.0)
     out = args.out
     if out is None and not args.quick and not args.only:
         out = str(ROOT / "BENCHMARKS.md")
@@ -616,6 +701,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": machine, "libraries": _library_info(),
         "config": {"rounds": rounds, "min_time": min_time, "quick": args.quick,
+                   "max_load": MAX_LOAD, "max_wait": max_wait,
                    "frameworks": fws, "workloads": keys},
         "workloads": {}, "overhead": None, "blas_env": None,
     }
@@ -624,10 +710,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         if key == "f":
             print("(f) per-op overhead (benchmarks/overhead.py)")
+            wait_for_quiet(max_wait)
             results["overhead"] = run_overhead()
             continue
         print(f"({key}) {W.TITLES[key]}")
-        wl = time_workload(key, fws, rounds, min_time, log=print)
+        wl = time_workload(key, fws, rounds, min_time, log=print, max_wait=max_wait)
         results["workloads"][key] = wl
         for fw, t in wl["times"].items():
             print(f"  {fw:18s} {1e3 * t['median_s']:9.3f} ms/step")
@@ -641,7 +728,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     shown = mem.get("error") or f"{mem['rise_bytes'] / 2**20:.2f} MB"
                     print(f"  memory ({key}) {fw}: {shown}")
     if args.blas_env:
-        results["blas_env"] = run_blas_env(rounds, min_time)
+        results["blas_env"] = run_blas_env(rounds, min_time, max_wait)
     machine["loadavg_end"] = _loadavg()
 
     chart = None

@@ -188,6 +188,7 @@ def plot_curves(history: dict, path: str) -> None:
     ax2.plot(history["epoch"], [100 * v for v in history["t2i"]], "s-", label="text -> image")
     ax2.set(xlabel="epoch", ylabel="held-out top-1 accuracy (%)", ylim=(0, 100),
             title="Retrieval on held-out images and captions")
+    ax2.xaxis.get_major_locator().set_params(integer=True)
     ax2.legend(loc="lower right")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
@@ -239,7 +240,7 @@ def main(cfg: Config, quiet: bool = False) -> dict:
     rng = np.random.default_rng(cfg.seed)
     os.makedirs(cfg.out, exist_ok=True)
 
-    images, labels = tg.data.load_digits(as_numpy=True)
+    images, labels = tg.data.load_digits(return_arrays=True)
     perm = rng.permutation(len(labels))
     n_test = int(len(labels) * cfg.test_fraction)
     test_idx, train_idx = perm[:n_test], perm[n_test:]
@@ -248,7 +249,7 @@ def main(cfg: Config, quiet: bool = False) -> dict:
 
     model = CLIP(cfg, len(vocab))
     opt = tg.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train_idx) / cfg.batch_size)
+    steps_per_epoch = len(train_idx) // cfg.batch_size
     total = cfg.epochs * steps_per_epoch
     sched = tg.optim.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total)
     history: dict[str, list] = {"step": [], "loss": [], "epoch": [], "i2t": [], "t2i": []}
@@ -257,7 +258,7 @@ def main(cfg: Config, quiet: bool = False) -> dict:
     bar = tqdm(total=total, desc="multimodal", disable=quiet, unit="step")
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(train_idx)
-        for k in range(0, len(order), cfg.batch_size):
+        for k in range(0, len(order) - cfg.batch_size + 1, cfg.batch_size):  # full batches only
             idx = order[k : k + cfg.batch_size]
             y = labels[idx]
             caps = [caption(c, TRAIN_TEMPLATES[rng.integers(len(TRAIN_TEMPLATES))], rng) for c in y]

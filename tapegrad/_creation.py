@@ -190,7 +190,7 @@ class Generator:
 
     def get_state(self) -> dict:
         """The state as JSON-able data (goes into checkpoints)."""
-        return self._rng.bit_generator.state
+        return dict(self._rng.bit_generator.state)
 
     def set_state(self, state: dict) -> None:
         self._rng.bit_generator.state = state

@@ -20,6 +20,7 @@ _default_float = float32
 
 
 def default_float() -> np.dtype:
+    """The float dtype that Python floats and float creation functions use."""
     return _default_float
 
 
@@ -54,4 +55,5 @@ def as_dtype(dtype: Any) -> np.dtype:
 
 
 def is_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is a floating-point dtype."""
     return dtype.kind == "f"

@@ -67,7 +67,7 @@ def value_and_grad(
         positions = _positions(argnums, len(args), who)
         args_l = list(args)
         # per differentiated argument: (Module, its trainable parameters) or (None, [tensor])
-        wrt: list[tuple[Any, list[Tensor]]] = []
+        wrt: list[tuple[Any, list[Any]]] = []
         with Tape(watch_parameters=False) as tape:
             for n in positions:
                 a = args_l[n]
@@ -115,9 +115,11 @@ def value_and_grad(
             )
         # one backward pass for every differentiated argument
         flat = [t for _, ts in wrt for t in ts]
-        results, _, facts = tape._run(tape._seeds(value, None), flat)
+        results, _, facts = tape._run(tape._seeds(value, None, strict=False), flat)
         grads = [
-            _module_gradients(ts, results, facts) if m is not None else _tensor_gradients(ts, results)[0]
+            _module_gradients(ts, results, facts)
+            if m is not None
+            else _tensor_gradients(ts, results)[0]
             for m, ts in wrt
         ]
         g = grads[0] if isinstance(argnums, int) else tuple(grads)

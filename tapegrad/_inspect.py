@@ -59,7 +59,7 @@ def summary(tape: Tape) -> str:
             )
         )
     widths = [max(len(r[c]) for r in rows) for c in range(6)]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     nleaves = len(tape._scan()[1])
     held = _saved_bytes((r for r in tape._nodes if r is not None), set())

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import secrets
+import struct
 import zlib
 from typing import Any
 
@@ -109,7 +110,8 @@ def _cannot(obj: Any, path: tuple[str, ...]) -> str:
     where = "/".join(path) or "the top level"
     hint = ""
     if hasattr(obj, "state_dict") and callable(obj.state_dict):
-        hint = f" Save its state instead: obj.state_dict() (a {type(obj).__name__} is code, not data)."
+        var = path[-1] if path and path[-1].isidentifier() else "obj"
+        hint = f" Save its state instead: {var}.state_dict() (a {type(obj).__name__} is code, not data)."
     return (
         f"tg.save: cannot store a {type(obj).__name__} at '{where}'. A checkpoint holds tensors, "
         "numpy arrays and JSON data (dicts, lists, tuples, numbers, strings, bools, None); "
@@ -123,7 +125,7 @@ def _decode(node: Any, arrays: dict[str, Any], path: str) -> Any:
     if not isinstance(node, dict):
         return node
     if len(node) == 1:
-        (k, v), = node.items()
+        ((k, v),) = node.items()
         if k == _T:
             return _wrap(_take(arrays, v, path))
         if k == _A:
@@ -179,6 +181,11 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     )
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"tg.save: cannot write '{target}': the directory '{directory}' does not exist "
+            "(create it first: os.makedirs(directory, exist_ok=True))"
+        )
     tmp = os.path.join(
         directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     )
@@ -225,11 +232,23 @@ def _sniff(path: str) -> str:
     return ""
 
 
+def _read_bf16(path: str, key: str) -> Any:
+    """A bfloat16 tensor as float32 (bf16 is the top half of a float32's bits)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        info = json.loads(f.read(n))[key]
+        start, end = info["data_offsets"]
+        f.seek(8 + n + start)
+        raw = np.frombuffer(f.read(end - start), dtype="<u2")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+
+
 def load(path: str | os.PathLike[str]) -> Any:
     """Read a file written by ``tg.save`` (or any safetensors file).
 
     A tapegrad file gives back the saved structure; a foreign safetensors file (e.g. from
-    ``safetensors.torch.save_file(model.state_dict(), path)``) gives a dict of Tensors.
+    ``safetensors.torch.save_file(model.state_dict(), path)``) gives a dict of Tensors
+    (bfloat16 tensors, which numpy lacks, load as float32: exactly, it is a widening).
     A truncated, corrupt or non-safetensors file raises ``ValueError`` naming the file.
     """
     from safetensors import safe_open  # noqa: PLC0415
@@ -240,7 +259,10 @@ def load(path: str | os.PathLike[str]) -> Any:
     try:
         with safe_open(p, framework="numpy") as f:
             meta = f.metadata() or {}
-            arrays = {k: f.get_tensor(k) for k in f.keys()}
+            arrays = {}
+            for k in f.keys():
+                dt = f.get_slice(k).get_dtype()
+                arrays[k] = _read_bf16(p, k) if dt == "BF16" else f.get_tensor(k)
     except Exception as e:
         raise ValueError(
             f"tg.load: '{p}' is not a readable safetensors file ({type(e).__name__}: {e}); it "
@@ -255,7 +277,9 @@ def load(path: str | os.PathLike[str]) -> Any:
         tree, crcs = header["tree"], header["crc32"]
         version = header["version"]
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"tg.load: '{p}' is corrupt: its tapegrad metadata does not parse ({e})") from None
+        raise ValueError(
+            f"tg.load: '{p}' is corrupt: its tapegrad metadata does not parse ({e})"
+        ) from None
     if version > _FORMAT_VERSION:
         raise ValueError(
             f"tg.load: '{p}' was written in checkpoint format {version}; this tapegrad reads up to "

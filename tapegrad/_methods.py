@@ -105,81 +105,93 @@ def _format(self: Tensor, spec: str) -> str:
 
 def _bind() -> None:
     T = Tensor
-    T.__add__ = E.add  # type: ignore[assignment]
-    T.__radd__ = _reflect(E.add)
-    T.__sub__ = E.subtract
-    T.__rsub__ = _reflect(E.subtract)
-    T.__mul__ = E.multiply
-    T.__rmul__ = _reflect(E.multiply)
-    T.__truediv__ = E.divide
-    T.__rtruediv__ = _reflect(E.divide)
-    T.__floordiv__ = E.floor_divide
-    T.__rfloordiv__ = _reflect(E.floor_divide)
-    T.__mod__ = E.remainder
-    T.__rmod__ = _reflect(E.remainder)
-    T.__pow__ = E.pow
-    T.__rpow__ = _reflect(E.pow)
-    T.__matmul__ = L.matmul
-    T.__rmatmul__ = _reflect(L.matmul)
-    T.__neg__ = E.neg
-    T.__pos__ = lambda self: self
-    T.__abs__ = E.abs
-    T.__invert__ = _invert
-    for name, f in (("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):
-        op = _bitwise(f, {"and": "&", "or": "|", "xor": "^"}[name])
+    binary = {
+        "add": E.add,
+        "sub": E.subtract,
+        "mul": E.multiply,
+        "truediv": E.divide,
+        "floordiv": E.floor_divide,
+        "mod": E.remainder,
+        "pow": E.pow,
+        "matmul": L.matmul,
+    }
+    for name, f in binary.items():
+        setattr(T, f"__{name}__", f)
+        setattr(T, f"__r{name}__", _reflect(f))
+    for name, sym, f in (
+        ("and", "&", np.bitwise_and),
+        ("or", "|", np.bitwise_or),
+        ("xor", "^", np.bitwise_xor),
+    ):
+        op = _bitwise(f, sym)
         setattr(T, f"__{name}__", op)
         setattr(T, f"__r{name}__", _reflect(op))
-    T.__eq__ = E.equal  # type: ignore[assignment]
-    T.__ne__ = E.not_equal  # type: ignore[assignment]
-    T.__lt__ = E.less
-    T.__le__ = E.less_equal
-    T.__gt__ = E.greater
-    T.__ge__ = E.greater_equal
-    T.__getitem__ = S.getitem
-    T.__setitem__ = _setitem
-    T.__hash__ = object.__hash__  # type: ignore[assignment]
-    T.__format__ = _format  # type: ignore[assignment]
+    dunders = {
+        "__neg__": E.neg,
+        "__pos__": lambda self: self,
+        "__abs__": E.abs,
+        "__invert__": _invert,
+        "__eq__": E.equal,
+        "__ne__": E.not_equal,
+        "__lt__": E.less,
+        "__le__": E.less_equal,
+        "__gt__": E.greater,
+        "__ge__": E.greater_equal,
+        "__getitem__": S.getitem,
+        "__setitem__": _setitem,
+        "__hash__": object.__hash__,  # identity, like PyTorch: tensors key dicts by object
+        "__format__": _format,
+    }
+    for name, f in dunders.items():
+        setattr(T, name, f)
 
-    for name in (
-        "exp expm1 log log1p log2 log10 sqrt rsqrt square reciprocal sin cos tan tanh sigmoid "
-        "relu erf sign floor ceil round trunc isnan isfinite isinf abs clip pow maximum minimum "
-        "nan_to_num"
-    ).split():
-        setattr(T, name, getattr(E, name))
-    T.clamp = E.clip
-    for name in (
-        "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod norm "
-        "all any"
-    ).split():
-        setattr(T, name, getattr(R, name))
-    for name in (
-        "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to astype "
-        "flip roll tril triu repeat tile take take_along_axis split chunk"
-    ).split():
-        setattr(T, name, getattr(S, name))
-    T.view = S.reshape
-    T.unsqueeze = S.expand_dims
-    T.transpose = _transpose
-    T.permute = _permute
-    T.T = property(S.permute_dims)  # type: ignore[assignment]
-    T.mT = property(lambda self: S.swapaxes(self, -1, -2))  # type: ignore[assignment]
-    T.matmul = L.matmul
-    T.softmax = SM.softmax
-    T.log_softmax = SM.log_softmax
-    T.detach = _tape.stop_gradient
-    T.backward = _tape.backward
-    T.trace = _tape.trace
-    T.float = lambda self: S.astype(self, np.float32)
-    T.double = lambda self: S.astype(self, np.float64)
-    T.long = lambda self: S.astype(self, np.int64)
-    T.int = lambda self: S.astype(self, np.int32)
-    T.bool = lambda self: S.astype(self, np.bool_)
-    T.to = _to
-    T.copy = _clone
-    T.clone = _clone
-    T.copy_ = _copy_
-    T.fill_ = lambda self, v: _inplace(self, lambda a: a.fill(v))
-    T.zero_ = lambda self: _inplace(self, lambda a: a.fill(0))
+    for mod, names in (
+        (
+            E,
+            "exp expm1 log log1p log2 log10 sqrt rsqrt square reciprocal sin cos tan tanh "
+            "sigmoid relu erf sign floor ceil round trunc isnan isfinite isinf abs clip pow "
+            "maximum minimum nan_to_num",
+        ),
+        (
+            R,
+            "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod "
+            "norm all any",
+        ),
+        (
+            S,
+            "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
+            "astype flip roll tril triu repeat tile take take_along_axis split chunk",
+        ),
+        (L, "matmul"),
+        (SM, "softmax log_softmax"),
+    ):
+        for name in names.split():
+            setattr(T, name, getattr(mod, name))
+    methods: dict[str, Any] = {
+        "clamp": E.clip,
+        "view": S.reshape,
+        "unsqueeze": S.expand_dims,
+        "transpose": _transpose,
+        "permute": _permute,
+        "T": property(S.permute_dims),
+        "mT": property(lambda self: S.swapaxes(self, -1, -2)),
+        "detach": _tape.stop_gradient,
+        "backward": _tape.backward,
+        "trace": _tape.trace,
+        "float": lambda self: S.astype(self, np.float32),
+        "double": lambda self: S.astype(self, np.float64),
+        "long": lambda self: S.astype(self, np.int64),
+        "int": lambda self: S.astype(self, np.int32),
+        "bool": lambda self: S.astype(self, np.bool_),
+        "to": _to,
+        "copy": _clone,
+        "clone": _clone,
+        "copy_": _copy_,
+        "fill_": lambda self, v: _inplace(self, lambda a: a.fill(v)),
+        "zero_": lambda self: _inplace(self, lambda a: a.fill(0)),
+    }
+    for name, f in methods.items():
+        setattr(T, name, f)
 
 
 def _inplace(self: Tensor, f: Any) -> Tensor:

@@ -170,18 +170,40 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
     >>> tg.apply(_mul, tg.tensor([1.0, 2.0]), tg.tensor([3.0, 4.0])).tolist()
     [3.0, 8.0]
     """
-    taped = False
-    arrays = []
-    for x in inputs:
-        if isinstance(x, Tensor):
-            arrays.append(x._data)
-            if x._tapes:
-                taped = True
+    n = len(inputs)
+    try:  # free in 3.11 when nothing is raised
+        if n == 2:  # unrolled for binary and unary ops, the most common: ~10% less overhead
+            x, y = inputs
+            if isinstance(x, Tensor):
+                taped = bool(x._tapes)
+                x = x._data
+            else:
+                taped = False
+            if isinstance(y, Tensor):
+                if y._tapes:
+                    taped = True
+                y = y._data
+            data = prim.fwd(x, y, **params)
+        elif n == 1:
+            x = inputs[0]
+            if isinstance(x, Tensor):
+                taped = bool(x._tapes)
+                x = x._data
+            else:
+                taped = False
+            data = prim.fwd(x, **params)
         else:
-            arrays.append(x)
-    try:
-        data = prim.fwd(*arrays, **params)
-    except (ValueError, TypeError, IndexError) as e:  # free in 3.11 when nothing is raised
+            taped = False
+            arrays = []
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    arrays.append(x._data)
+                    if x._tapes:
+                        taped = True
+                else:
+                    arrays.append(x)
+            data = prim.fwd(*arrays, **params)
+    except (ValueError, TypeError, IndexError) as e:
         raise _forward_error(prim, inputs, params, e) from e
     out = _new_tensor(Tensor)
     out._data = data
@@ -243,26 +265,67 @@ def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], ou
     dt = data.dtype
     if not _GRAD_ENABLED or (dt not in _FLOATS and dt.kind not in "fc"):
         return  # ops with integer or bool outputs carry no gradient
+    # Per input: its version into vsum, its tapes into `tapes`, and its entry in the record:
+    # None, its tid, or the Parameter itself when trainable. Unrolled for one and two inputs
+    # (most ops): about 20% cheaper than the loop.
+    n = len(inputs)
     tapes: tuple[Tape, ...] = ()
-    ids: list[Any] = []
     param = False
     vsum = 0
-    for x in inputs:
+    ids: Any
+    ex: Any
+    ey: Any
+    e: Any
+    if n == 2:
+        x, y = inputs
+        ex = ey = None
         if isinstance(x, Tensor):
-            vsum += x._version
-            if x._tid is None:
-                ids.append(None)
-                continue
-            xt = x._tapes
-            if xt and xt is not tapes:
-                tapes = xt if not tapes else tapes + tuple(t for t in xt if t not in tapes)
-            if x._is_param and x.requires_grad:  # type: ignore[attr-defined]
-                ids.append(x)
-                param = True
-            else:
-                ids.append(x._tid)
-        else:
-            ids.append(None)
+            vsum = x._version
+            ex = x._tid
+            if ex is not None:
+                tapes = x._tapes
+                if x._is_param and x.requires_grad:  # type: ignore[attr-defined]
+                    ex = x
+                    param = True
+        if isinstance(y, Tensor):
+            vsum += y._version
+            ey = y._tid
+            if ey is not None:
+                yt = y._tapes
+                if yt and yt is not tapes:
+                    tapes = yt if not tapes else tapes + tuple(t for t in yt if t not in tapes)
+                if y._is_param and y.requires_grad:  # type: ignore[attr-defined]
+                    ey = y
+                    param = True
+        ids = (ex, ey)
+    elif n == 1:
+        x = inputs[0]
+        ex = None
+        if isinstance(x, Tensor):
+            vsum = x._version
+            ex = x._tid
+            if ex is not None:
+                tapes = x._tapes
+                if x._is_param and x.requires_grad:  # type: ignore[attr-defined]
+                    ex = x
+                    param = True
+        ids = (ex,)
+    else:
+        ids = []
+        for x in inputs:
+            e = None
+            if isinstance(x, Tensor):
+                vsum += x._version
+                e = x._tid
+                if e is not None:
+                    xt = x._tapes
+                    if xt and xt is not tapes:
+                        tapes = xt if not tapes else tapes + tuple(t for t in xt if t not in tapes)
+                    if x._is_param and x.requires_grad:  # type: ignore[attr-defined]
+                        e = x
+                        param = True
+            ids.append(e)
+        ids = tuple(ids)
     if tapes:
         if len(tapes) == 1:
             if not tapes[0]._recording:
@@ -277,7 +340,7 @@ def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], ou
     sa = prim.save_args
     if not sa:
         args = versions = None
-    elif len(inputs) == prim.save_prefix:
+    elif n == prim.save_prefix:
         args = inputs
         versions = vsum  # versions only grow: a changed sum means a saved tensor was modified
     else:
@@ -288,7 +351,7 @@ def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], ou
     out._tapes = tapes
     rec = (
         prim,
-        tuple(ids),
+        ids,
         tid,
         data.shape,
         dt,
@@ -352,8 +415,9 @@ class _TapeFacts:
             )
         return (
             "it never met the tape: it was not used in the forward pass, or used only by ops "
-            "whose inputs were on no open tape (trace that branch's input too with "
-            "x.trace(tape), or open the tape with `with tg.Tape() as tape:`)"
+            "whose inputs were on no open tape (trace that branch's float input too with "
+            "x.trace(tape), watch its parameters with tape.watch(module), or open the tape with "
+            "`with tg.Tape() as tape:`)"
         )
 
 
@@ -599,8 +663,9 @@ class Tape:
     def __init__(self, persistent: bool = False, watch_parameters: bool = True) -> None:
         self.persistent = persistent
         self.watch_parameters = watch_parameters
-        self._nodes: list[Node | None] = []
-        self._leaves: dict[int, Tensor] = {}  # watched tensors and parameters that met the tape
+        self._nodes: list[tuple[Any, ...] | None] = []  # records, see Node
+        # watched tensors; parameters that met the tape are found in the records (_scan)
+        self._leaves: dict[int, Tensor] = {}
         self._watched: list[Tensor] = []  # tensors whose _tapes name this tape
         self._recording = False
         self._in_with = False
@@ -701,11 +766,13 @@ class Tape:
 
         target: a scalar Tensor, a list/tuple of Tensors (their sum is differentiated), or a
         non-scalar Tensor with ``output_gradients`` of its shape (a vector-Jacobian product;
-        one per target for a list).
+        one per target for a list). Each target must be on this tape (computed while it was
+        open from tensors on it); otherwise an error says how to fix it.
         sources: None (a Gradients for every leaf that took part), a Tensor (a Tensor), a
         list/tuple of Tensors (a list/tuple, same order), or a Module (a Gradients restricted to
         its parameters; ``.missing(module)`` names any that got none and why). A tensor source
-        on the tape that the target does not depend on gets zeros (as in JAX).
+        on the tape that the target does not depend on gets zeros (as in JAX); one that is not on
+        the tape at all (never watched) is an error rather than a silent zero.
         into: a Gradients to accumulate into (micro-batches); it is returned.
 
         One reverse walk over the record. A non-persistent tape frees each node as soon as it
@@ -749,14 +816,9 @@ class Tape:
                 "Tape.gradient(into=...): accumulation needs a Gradients result: pass "
                 "sources=None or a Module"
             )
-        if not seeds and (src_list is None or module_req):
-            raise ValueError(
-                "Tape.gradient: the target is not on this tape: no op that produced it was "
-                "recorded here. Compute it inside `with tape:` from watched tensors or "
-                "parameters, or trace an input with x.trace(tape); tensors that went through "
-                ".numpy(), detach() or tg.no_grad() have left every tape."
-            )
 
+        if src_list is not None and not module_req:
+            self._check_sources(src_list)
         results, leaves, facts = self._run(seeds, src_list)
         if src_list is None:
             out = Gradients((t, results[tid]) for tid, t in leaves.items() if tid in results)
@@ -772,6 +834,27 @@ class Tape:
             return into
         return out
 
+    def _check_sources(self, sources: list[Tensor]) -> None:
+        """Tensor sources must be on this tape: an unwatched one would silently get zeros."""
+        info, _ = self._scan()
+        for k, t in enumerate(sources):
+            if t._tid is not None and t._tid in info:
+                continue
+            if t._is_param and t.requires_grad and self.watch_parameters and self._used_with:  # type: ignore[attr-defined]
+                continue  # auto-watched by the `with` block, just never used: a zero gradient
+            which = f"source {k}" if len(sources) > 1 else "the source"
+            if t._is_param:
+                why = _TapeFacts(self, {}).reason(t)
+            else:
+                why = (
+                    "it was never watched and no op recorded here produced it. Watch it with "
+                    "tape.watch(x) before using it, or trace it with x = x.trace(tape); a tensor "
+                    "made with .numpy(), detach() or inside tg.no_grad() has left every tape"
+                )
+            raise ValueError(
+                f"Tape.gradient: {which} ({_tname(t)}, {t.dtype}) is not on this tape: {why}"
+            )
+
     def _run(
         self, seeds: dict[int, Tensor], src_list: list[Tensor] | None
     ) -> tuple[dict[int, Tensor], dict[int, Tensor], _TapeFacts]:
@@ -781,8 +864,9 @@ class Tape:
         facts = _TapeFacts(self, leaves)
         return self._backward(seeds, src_list, info, leaves), leaves, facts
 
-    def _seeds(self, target: Any, output_gradients: Any) -> dict[int, Tensor]:
-        """``{tid: output gradient}`` for the targets that are on this tape."""
+    def _seeds(self, target: Any, output_gradients: Any, strict: bool = True) -> dict[int, Tensor]:
+        """``{tid: output gradient}`` for the targets; with ``strict``, each must be on this tape
+        (otherwise it is a constant here and is skipped)."""
         targets = list(target) if isinstance(target, (list, tuple)) else [target]
         if output_gradients is None:
             ogs: list[Any] = [None] * len(targets)
@@ -798,7 +882,7 @@ class Tape:
                     "give one per target"
                 )
         seeds: dict[int, Tensor] = {}
-        for t, og in zip(targets, ogs):
+        for k, (t, og) in enumerate(zip(targets, ogs, strict=True)):
             if not isinstance(t, Tensor):
                 raise TypeError(
                     f"Tape.gradient: the target must be a Tensor, got {type(t).__name__}"
@@ -823,6 +907,15 @@ class Tape:
             if tid is not None and (self in t._tapes or tid in self._leaves):
                 prev = seeds.get(tid)
                 seeds[tid] = seed if prev is None else prev + seed
+            elif strict:
+                which = f"target {k} of {len(targets)}" if len(targets) > 1 else "the target"
+                raise ValueError(
+                    f"Tape.gradient: {which} (shape {tuple(t.shape)}) is not on this tape: no op "
+                    "that produced it was recorded here. Compute it while the tape is open "
+                    "(inside `with tape:`) from watched tensors or parameters, or trace an input "
+                    "with x.trace(tape); tensors that went through .numpy(), detach() or "
+                    "tg.no_grad() have left every tape."
+                )
         return seeds
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:
@@ -886,10 +979,17 @@ class Tape:
                     continue
                 if tid in keep:
                     results[tid] = g
-                if args is not None or ans is not None:
-                    _check_versions(rec)
                 if args is None:
                     args = (None,) * len(ins)
+                else:  # the version counters of what the VJPs will read must not have moved
+                    v = 0
+                    for x in args:
+                        if isinstance(x, Tensor):
+                            v += x._version
+                    if v != versions:
+                        _check_versions(rec)
+                if ans is not None and ans._version:
+                    _check_versions(rec)
                 vjps = prim.vjps
                 for i, e in enumerate(ins):
                     if e is None:
@@ -897,7 +997,10 @@ class Tape:
                     itid = e if type(e) is int else e._tid
                     if itid not in needed:
                         continue
-                    vjp = vjps[i] if i < len(vjps) else None
+                    try:
+                        vjp = vjps[i]
+                    except IndexError:
+                        vjp = None
                     if vjp is None:
                         raise _no_vjp_error(rec, i, info[itid])
                     gi = vjp(g, ans, *args, **params)
@@ -909,7 +1012,7 @@ class Tape:
                     gd = gi._data
                     if gd.shape != shape:
                         gi = _unbroadcast(gi, shape, prim.name)
-                    if gd.dtype != dtype:
+                    if gd.dtype is not dtype and gd.dtype != dtype:
                         gi = gi.astype(dtype)
                     prev = grads.get(itid)
                     grads[itid] = gi if prev is None else prev + gi
@@ -1000,7 +1103,7 @@ def _tensor_gradients(sources: list[Tensor], results: dict[int, Tensor]) -> list
 def _check_versions(rec: tuple[Any, ...]) -> None:
     args = rec[_ARGS]
     if args is not None and _version_sum(args) != rec[_VERSIONS]:
-        # The sum cannot say which one changed; a tensor never modified is still at version 0.
+        # The sum cannot say which one changed: name those no longer at version 0.
         changed = [(i, x) for i, x in enumerate(args) if isinstance(x, Tensor) and x._version]
         raise _version_error(rec, changed)
     ans = rec[_ANS]
@@ -1022,6 +1125,8 @@ def _version_error(rec: tuple[Any, ...], changed: list[tuple[int, Tensor]]) -> R
         )
 
     what = " or ".join(show(i, x) for i, x in changed) or "a saved input"
+    if len(changed) > 1:
+        what = "one of " + what
     return RuntimeError(
         f"Tape.gradient: {what} of op '{rec[_PRIM].name}' (output {tuple(rec[_OUT_SHAPE])})"
         f"{_where(rec)} was modified in place after the op saved it for backward, so its VJP "
@@ -1055,7 +1160,7 @@ def _unbroadcast(g: Tensor, shape: tuple[int, ...], opname: str) -> Tensor:
     from .ops._reduce import sum as _sum  # noqa: PLC0415
 
     lead = g.ndim - len(shape)
-    if lead < 0 or any(n != 1 and n != m for n, m in zip(shape, g.shape[lead:])):
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[lead:], strict=True)):
         raise ValueError(
             f"Tape.gradient: the VJP of '{opname}' returned a gradient of shape "
             f"{tuple(g.shape)}, which does not broadcast to its input's shape {tuple(shape)}"

@@ -9,13 +9,15 @@ identity on them (unique for the life of the process, unlike ``id()``).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import _backend as B
 from ._backend import np
 from ._dtypes import as_dtype, default_float
 
 _next_tid = itertools.count(1).__next__
+_Method = Callable[..., "Tensor"]  # a method bound in _methods.py (for type checkers)
 
 
 class Tensor:
@@ -150,6 +152,135 @@ class Tensor:
         return (self[i] for i in range(self._data.shape[0]))
 
     __array_ufunc__ = None  # numpy ufuncs defer to Tensor's reflected operators
+
+    if TYPE_CHECKING:  # bound in _methods.py once the ops exist; declared for type checkers
+        T: Tensor
+        mT: Tensor
+
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __floordiv__(self, other: Any) -> Tensor: ...
+        def __rfloordiv__(self, other: Any) -> Tensor: ...
+        def __mod__(self, other: Any) -> Tensor: ...
+        def __rmod__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __xor__(self, other: Any) -> Tensor: ...
+        def __rxor__(self, other: Any) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __eq__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> Tensor: ...
+        def __le__(self, other: Any) -> Tensor: ...
+        def __gt__(self, other: Any) -> Tensor: ...
+        def __ge__(self, other: Any) -> Tensor: ...
+        def __getitem__(self, idx: Any) -> Tensor: ...
+        def __setitem__(self, idx: Any, value: Any) -> None: ...
+
+        exp: _Method
+        expm1: _Method
+        log: _Method
+        log1p: _Method
+        log2: _Method
+        log10: _Method
+        sqrt: _Method
+        rsqrt: _Method
+        square: _Method
+        reciprocal: _Method
+        sin: _Method
+        cos: _Method
+        tan: _Method
+        tanh: _Method
+        sigmoid: _Method
+        relu: _Method
+        erf: _Method
+        sign: _Method
+        floor: _Method
+        ceil: _Method
+        round: _Method
+        trunc: _Method
+        isnan: _Method
+        isfinite: _Method
+        isinf: _Method
+        abs: _Method
+        clip: _Method
+        clamp: _Method
+        pow: _Method
+        maximum: _Method
+        minimum: _Method
+        nan_to_num: _Method
+        sum: _Method
+        prod: _Method
+        mean: _Method
+        var: _Method
+        std: _Method
+        amax: _Method
+        amin: _Method
+        max: _Method
+        min: _Method
+        argmax: _Method
+        argmin: _Method
+        logsumexp: _Method
+        cumsum: _Method
+        cumprod: _Method
+        norm: _Method
+        all: _Method
+        any: _Method
+        reshape: _Method
+        view: _Method
+        flatten: _Method
+        squeeze: _Method
+        expand_dims: _Method
+        unsqueeze: _Method
+        permute_dims: _Method
+        permute: _Method
+        transpose: _Method
+        swapaxes: _Method
+        moveaxis: _Method
+        broadcast_to: _Method
+        astype: _Method
+        flip: _Method
+        roll: _Method
+        tril: _Method
+        triu: _Method
+        repeat: _Method
+        tile: _Method
+        take: _Method
+        take_along_axis: _Method
+        matmul: _Method
+        softmax: _Method
+        log_softmax: _Method
+        detach: _Method
+        trace: _Method
+        float: _Method
+        double: _Method
+        long: _Method
+        int: _Method
+        bool: _Method
+        to: _Method
+        copy: _Method
+        clone: _Method
+        copy_: _Method
+        fill_: _Method
+        zero_: _Method
+        split: Callable[..., list[Tensor]]
+        chunk: Callable[..., list[Tensor]]
+        backward: Callable[..., Any]
 
 
 def _to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:

@@ -50,7 +50,9 @@ def test_tensor_dataset_rows_and_batches():
 
 
 def test_tensor_dataset_errors():
-    with pytest.raises(ValueError, match=r"differ in their first dimension \(shapes \(3, 2\), \(4,\)\)"):
+    with pytest.raises(
+        ValueError, match=r"differ in their first dimension \(shapes \(3, 2\), \(4,\)\)"
+    ):
         data.TensorDataset(np.zeros((3, 2)), np.zeros(4))
     with pytest.raises(ValueError, match="0-d"):
         data.TensorDataset(np.float32(1.0))
@@ -114,7 +116,11 @@ def test_default_collate_structures():
     assert b["y"].dtype == tg.int64 and b["y"].tolist() == [1, 0]
     assert b["w"].dtype == tg.float32 and b["ok"].dtype == tg.bool_
     assert b["name"] == ["a", "b"]
-    assert isinstance(b["pair"], tuple) and b["pair"][0].shape == (2, 3) and b["pair"][1].tolist() == [2, 3]
+    assert (
+        isinstance(b["pair"], tuple)
+        and b["pair"][0].shape == (2, 3)
+        and b["pair"][1].tolist() == [2, 3]
+    )
     assert data.default_collate([np.float64(1.0), np.float64(2.0)]).dtype == tg.float64
     with pytest.raises(ValueError, match=r"different shapes \[\(2,\), \(3,\)\]"):
         data.default_collate([tg.ones(2), tg.ones(3)])
@@ -166,11 +172,15 @@ def test_batch_size_validation():
 # -- random_split -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("n", "lengths"), [(10, [0.33, 0.33, 0.34]), (11, [0.5, 0.5]), (7, [0.2, 0.8]), (10, [3, 7])])
+@pytest.mark.parametrize(
+    ("n", "lengths"), [(10, [0.33, 0.33, 0.34]), (11, [0.5, 0.5]), (7, [0.2, 0.8]), (10, [3, 7])]
+)
 def test_random_split_sizes_match_torch(n, lengths):
     ds = _ds(n)
     parts = data.random_split(ds, lengths, generator=tg.Generator(0))
-    theirs = torch.utils.data.random_split(range(n), lengths, generator=torch.Generator().manual_seed(0))
+    theirs = torch.utils.data.random_split(
+        range(n), lengths, generator=torch.Generator().manual_seed(0)
+    )
     assert [len(p) for p in parts] == [len(t) for t in theirs]
     all_idx = np.concatenate([p.indices for p in parts])
     assert sorted(all_idx.tolist()) == list(range(n))

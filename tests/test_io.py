@@ -72,7 +72,13 @@ def test_single_tensor_and_loaded_arrays_are_writable(tmp_path):
 
 def test_tensor_keys_are_paths_joined_by_slash(tmp_path):
     p = tmp_path / "ck.safetensors"
-    tg.save({"model": {"encoder.weight": tg.ones(2)}, "optimizer": {"state": {0: {"exp_avg": np.zeros(2)}}}}, p)
+    tg.save(
+        {
+            "model": {"encoder.weight": tg.ones(2)},
+            "optimizer": {"state": {0: {"exp_avg": np.zeros(2)}}},
+        },
+        p,
+    )
     keys = set(safetensors.numpy.load_file(p))
     assert keys == {"model/encoder.weight", "optimizer/state/0/exp_avg"}
 
@@ -112,6 +118,16 @@ def test_pytorch_safetensors_file_loads_as_a_dict_of_tensors(tmp_path):
     np.testing.assert_array_equal(sd["weight"].numpy(), lin.weight.detach().numpy())
 
 
+def test_pytorch_bfloat16_tensors_load_as_float32(tmp_path):
+    w = torch.randn(4, 3).to(torch.bfloat16)
+    p = tmp_path / "bf16.safetensors"
+    safetensors.torch.save_file({"w": w, "b": torch.ones(2)}, p)
+    sd = tg.load(p)
+    assert sd["w"].dtype == tg.float32 and sd["w"].shape == (4, 3)
+    np.testing.assert_array_equal(sd["w"].numpy(), w.float().numpy())
+    assert sd["b"].tolist() == [1.0, 1.0]
+
+
 def test_tapegrad_state_dict_loads_into_pytorch(tmp_path):
     class Lin(tg.nn.Module):
         def __init__(self):
@@ -143,7 +159,10 @@ def test_truncated_file_raises_naming_it(good_file, tmp_path):
     for cut in (len(data) // 2, 6, 0):
         bad = tmp_path / f"cut{cut}.safetensors"
         bad.write_bytes(data[:cut])
-        with pytest.raises(ValueError, match=r"tg\.load: '.*cut%d\.safetensors' is not a readable safetensors file" % cut):
+        with pytest.raises(
+            ValueError,
+            match=rf"tg\.load: '.*cut{cut}\.safetensors' is not a readable safetensors file",
+        ):
             tg.load(bad)
 
 
@@ -159,7 +178,10 @@ def test_corrupt_tensor_data_fails_its_checksum(good_file):
     data = bytearray(good_file.read_bytes())
     data[-3] ^= 0xFF  # inside the tensor bytes
     good_file.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"'.*good\.safetensors' is corrupt: the data of tensor 'w' fails its checksum"):
+    with pytest.raises(
+        ValueError,
+        match=r"'.*good\.safetensors' is corrupt: the data of tensor 'w' fails its checksum",
+    ):
         tg.load(good_file)
 
 
@@ -188,7 +210,10 @@ def test_unsupported_objects_raise_and_leave_the_old_file(tmp_path):
 
     p = tmp_path / "ck.safetensors"
     tg.save({"v": 1}, p)
-    with pytest.raises(TypeError, match=r"cannot store a M at 'model'.*model\.state_dict|obj\.state_dict"):
+    with pytest.raises(
+        TypeError,
+        match=r"cannot store a M at 'model'.*Save its state instead: model\.state_dict\(\)",
+    ):
         tg.save({"model": M()}, p)
     with pytest.raises(TypeError, match=r"cannot store a object at 'cfg/x'.*nothing is pickled"):
         tg.save({"cfg": {"x": object()}}, p)
@@ -198,6 +223,13 @@ def test_unsupported_objects_raise_and_leave_the_old_file(tmp_path):
         tg.save({"d": {object(): 1}}, p)
     assert tg.load(p) == {"v": 1}
     assert os.listdir(tmp_path) == ["ck.safetensors"]  # no temporary files left behind
+
+
+def test_save_into_a_missing_directory_and_empty_objects(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"the directory '.*nowhere' does not exist"):
+        tg.save({"a": 1}, tmp_path / "nowhere" / "x.safetensors")
+    assert _roundtrip({}, tmp_path) == {}
+    assert _roundtrip([], tmp_path) == []
 
 
 def test_load_checkpoint_rejects_a_plain_file(good_file):
@@ -292,7 +324,9 @@ def _setup():
     model = _MLP()
     opt = optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.01)
     sched = optim.WarmupCosine(opt, warmup_steps=3, total_steps=40)
-    loader = tg.data.DataLoader(_data(), batch_size=6, shuffle=True)  # shuffles from the global stream
+    loader = tg.data.DataLoader(
+        _data(), batch_size=6, shuffle=True
+    )  # shuffles from the global stream
     ema = optim.ModelEMA(model, decay=0.9)
     return model, opt, sched, loader, ema
 
@@ -310,7 +344,9 @@ def _train(model, opt, sched, loader, ema, n_steps, step=0, save_at=None, path=N
             losses.append((loss.item(), float(np.random.rand()), random.random()))
             step += 1
             if step == save_at:
-                tg.save_checkpoint(path, model, opt, sched, step=step, config={"lr": 0.02}, loader=loader, ema=ema)
+                tg.save_checkpoint(
+                    path, model, opt, sched, step=step, config={"lr": 0.02}, loader=loader, ema=ema
+                )
             if step == n_steps:
                 break
     return losses, ema

@@ -154,7 +154,12 @@ def test_load_state_dict_sources_and_copy():
     arrays["embed.weight"][:] = 7.0  # the model holds a copy
     assert not np.any(net.embed.weight.numpy() == 7.0)
     # tensors of another dtype are cast to the model's dtype
-    net.load_state_dict({k: tg.tensor(v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in arrays.items()})
+    net.load_state_dict(
+        {
+            k: tg.tensor(v.astype(np.float64) if v.dtype.kind == "f" else v)
+            for k, v in arrays.items()
+        }
+    )
     assert net.embed.weight.dtype == tg.float32
 
 
@@ -164,7 +169,9 @@ def test_load_state_dict_errors():
         lin.load_state_dict({"weight": np.zeros((2, 3))})
     with pytest.raises(RuntimeError, match=r"unexpected keys \['extra'\]"):
         lin.load_state_dict({"weight": np.zeros((2, 3)), "bias": np.zeros(2), "extra": np.zeros(1)})
-    with pytest.raises(RuntimeError, match=r"'weight': \(3, 2\) in the state dict, \(2, 3\) in the model"):
+    with pytest.raises(
+        RuntimeError, match=r"'weight': \(3, 2\) in the state dict, \(2, 3\) in the model"
+    ):
         lin.load_state_dict({"weight": np.zeros((3, 2)), "bias": np.zeros(2)})
     with pytest.raises(RuntimeError, match="prefix 'module.'"):
         lin.load_state_dict({"module.weight": np.zeros((2, 3)), "module.bias": np.zeros(2)})
@@ -367,3 +374,48 @@ def test_module_without_super_init():
     assert b(tg.ones(2)).tolist() == [1.0, 1.0]
     with pytest.raises(NotImplementedError, match="forward"):
         nn.Module()(1)
+
+
+def test_registered_private_names_are_fields():
+    class Legacy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("_float_tensor", tg.zeros(1))
+            self.register_parameter("_scale", tg.Parameter(tg.ones(2)))
+            self._cache = tg.zeros(3)  # private: never walked
+
+    class TorchLegacy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("_float_tensor", torch.zeros(1))
+            self.register_parameter("_scale", torch.nn.Parameter(torch.ones(2)))
+
+    m = Legacy()
+    assert list(m.state_dict()) == list(TorchLegacy().state_dict()) == ["_scale", "_float_tensor"]
+    assert m._scale.name == "_scale"
+    with pytest.raises(KeyError, match="without '.'"):
+        m.register_buffer("a.b", tg.zeros(1))
+
+
+def test_apply_is_post_order_like_pytorch():
+    ours = nn.Sequential(nn.Sequential(nn.Linear(1, 1), nn.ReLU()), nn.Linear(1, 1))
+    ref = torch.nn.Sequential(
+        torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU()), torch.nn.Linear(1, 1)
+    )
+    got, want = [], []
+    ours.apply(lambda m: got.append(type(m).__name__))
+    ref.apply(lambda m: want.append(type(m).__name__))
+    assert got == want
+
+
+def test_named_modules_with_duplicates_and_cycles():
+    shared = nn.Linear(1, 1)
+    seq = nn.Sequential(shared, shared)
+    assert [n for n, _ in seq.named_modules()] == ["", "0"]
+    assert [n for n, _ in seq.named_modules(remove_duplicate=False)] == ["", "0", "1"]
+    outer = nn.Module()
+    outer.inner = nn.Module()
+    outer.inner.up = outer  # a cycle
+    assert [n for n, _ in outer.named_modules(remove_duplicate=False)] == ["", "inner"]
+    assert outer.get_submodule("inner") is outer.inner
+    assert repr(outer) == "Module(\n  (inner): Module(\n    (up): Module(...)\n  )\n)"

@@ -70,14 +70,24 @@ CASES = [
     (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, alpha=0.9, eps=1e-4)),
     (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, centered=True)),
     (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, momentum=0.9)),
-    (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.1)),
+    (
+        optim.RMSprop,
+        torch.optim.RMSprop,
+        dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.1),
+    ),
     (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1)),
     (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.01)),
-    (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, weight_decay=0.1, initial_accumulator_value=0.5)),
+    (
+        optim.Adagrad,
+        torch.optim.Adagrad,
+        dict(lr=0.1, weight_decay=0.1, initial_accumulator_value=0.5),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("ours", "theirs", "kwargs"), CASES, ids=lambda x: getattr(x, "__name__", None) or str(x))
+@pytest.mark.parametrize(
+    ("ours", "theirs", "kwargs"), CASES, ids=lambda x: getattr(x, "__name__", None) or str(x)
+)
 def test_matches_torch(ours, theirs, kwargs):
     _run(ours, theirs, kwargs)
 
@@ -193,21 +203,35 @@ def test_missing_gradient_names_the_parameter_and_the_tape_reason():
     msg = str(e.value)
     assert "'aux.weight'" in msg and "'aux.bias'" in msg
     assert "encoder.weight" not in msg
-    assert grads.missing[model.aux.weight] in msg  # the tape's own reason
+    assert grads.why_missing(model.aux.weight) in msg  # the tape's own reason
     assert "allow_missing=True" in msg
     # nothing was updated: the check runs before any parameter moves
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v.numpy(), before[k])
 
 
-def test_missing_gradient_without_a_recorded_reason_lists_likely_causes():
+def test_missing_gradient_from_a_whole_tape_request_gives_the_tape_reason():
     model = _Net()
     opt = optim.Adam(model.parameters())
     with tg.Tape() as tape:
         loss = _loss(model)
     grads = tape.gradient(loss)  # every leaf that took part; aux never met the tape
-    with pytest.raises(RuntimeError, match=r"'aux\.weight'.*got no gradient.*not used in the forward"):
+    with pytest.raises(
+        RuntimeError, match=r"'aux\.weight' \(shape \(1, 4\)\): it never met the tape"
+    ):
         opt.step(grads)
+
+
+def test_missing_gradient_without_a_tape_lists_likely_causes():
+    model = _Net()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    grads = tg.Gradients((p, tg.zeros_like(p)) for p in model.encoder.parameters())
+    with pytest.raises(
+        RuntimeError, match=r"'head\.weight'.*got no gradient.*not used in the forward"
+    ):
+        opt.step(grads)
+    with pytest.raises(RuntimeError, match=r"'head\.bias'.*got no gradient"):
+        opt.step({p: tg.zeros_like(p) for p in model.encoder.parameters()})
 
 
 def test_allow_missing_skips_and_frozen_parameters_are_skipped():
@@ -236,7 +260,9 @@ def test_unnamed_parameter_and_wrong_gradient_shape():
     opt = optim.SGD([w], lr=0.1)
     with pytest.raises(RuntimeError, match=r"unnamed parameter \(shape \(2, 3\)\)"):
         opt.step(tg.Gradients())
-    with pytest.raises(ValueError, match=r"gradient .* has shape \(3,\) but the parameter has shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"gradient .* has shape \(3,\) but the parameter has shape \(2, 3\)"
+    ):
         opt.step({w: tg.ones(3)})
     with pytest.raises(TypeError, match="expected the tg.Gradients"):
         opt.step([tg.ones(2, 3)])
@@ -298,31 +324,55 @@ def test_state_dict_layout_is_pytorchs():
             assert ours[k] == theirs_g[k]
 
 
-def test_loads_a_pytorch_state_dict_converted_to_numpy():
-    ours, theirs = _pair()
-    topt = torch.optim.RMSprop(theirs, lr=0.01, momentum=0.9, centered=True)
+@pytest.mark.parametrize(
+    ("ours", "theirs", "kwargs"),
+    [
+        (optim.SGD, torch.optim.SGD, dict(lr=0.01)),
+        (optim.SGD, torch.optim.SGD, dict(lr=0.01, momentum=0.9)),
+        (optim.Adam, torch.optim.Adam, dict(lr=0.01, amsgrad=True)),
+        (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, momentum=0.9, centered=True)),
+        (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.01)),
+    ],
+    ids=lambda x: getattr(x, "__name__", None) or str(x),
+)
+def test_loads_a_pytorch_state_dict_converted_to_numpy(ours, theirs, kwargs):
+    params, tparams = _pair()
+    topt = theirs(tparams, **kwargs)
     gs = _grad_seq(20)
     for step in gs[:10]:
-        for t, g in zip(theirs, step):
+        for t, g in zip(tparams, step):
             t.grad = torch.tensor(g)
         topt.step()
     tsd = topt.state_dict()
     sd = {
-        "state": {k: {n: v.numpy() for n, v in st.items()} for k, st in tsd["state"].items()},
+        "state": {
+            k: {n: (v.numpy() if isinstance(v, torch.Tensor) else v) for n, v in st.items()}
+            for k, st in tsd["state"].items()
+        },
         "param_groups": tsd["param_groups"],
     }
-    for p, t in zip(ours, theirs):
+    for p, t in zip(params, tparams):
         p._data[...] = t.detach().numpy()
-    opt = optim.RMSprop(ours, lr=0.01, momentum=0.9, centered=True)
+    opt = ours(params, **kwargs)
     opt.load_state_dict(sd)
-    assert opt.state[ours[0]]["step"] == 10
-    _steps(opt, ours, gs[10:])
+    if "step" in tsd["state"].get(0, {}):
+        assert opt.state[params[0]]["step"] == 10
+    _steps(opt, params, gs[10:])
     for step in gs[10:]:
-        for t, g in zip(theirs, step):
+        for t, g in zip(tparams, step):
             t.grad = torch.tensor(g)
         topt.step()
-    for p, t in zip(ours, theirs):
+    for p, t in zip(params, tparams):
         np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-6)
+
+
+def test_load_state_dict_skips_none_entries():
+    w = tg.Parameter(tg.ones(2))
+    opt = optim.SGD([w], lr=0.1)
+    sd = {"state": {0: {"momentum_buffer": None}}, "param_groups": [{"lr": 0.1, "params": [0]}]}
+    opt.load_state_dict(sd)
+    assert opt.state[w] == {}
+    assert opt.param_groups[0]["momentum"] == 0.0  # keys the saved group lacks keep their values
 
 
 def test_load_state_dict_rejects_mismatches():
@@ -335,7 +385,9 @@ def test_load_state_dict_rejects_mismatches():
     with pytest.raises(ValueError, match="group 0 has 3 parameters in the state dict but 2 here"):
         optim.Adam(ps[:2]).load_state_dict(sd)
     other = [tg.Parameter(tg.zeros(*s[::-1], dtype=tg.float64)) for s in SHAPES]
-    with pytest.raises(ValueError, match=r"state 'exp_avg' .* has shape \(3, 4\), the parameter has shape \(4, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"state 'exp_avg' .* has shape \(3, 4\), the parameter has shape \(4, 3\)"
+    ):
         optim.Adam(other).load_state_dict(sd)
 
 
@@ -364,9 +416,17 @@ def test_load_state_dict_accepts_string_keys_and_list_betas():
         (lambda p: optim.SGD(p, momentum=-1), ValueError, "invalid momentum"),
         (lambda p: optim.SGD(p, dampening=1.5), ValueError, "invalid dampening"),
         (lambda p: optim.SGD(p, nesterov=True), ValueError, "nesterov=True needs momentum > 0"),
-        (lambda p: optim.SGD(p, momentum=0.9, dampening=0.1, nesterov=True), ValueError, "dampening = 0"),
+        (
+            lambda p: optim.SGD(p, momentum=0.9, dampening=0.1, nesterov=True),
+            ValueError,
+            "dampening = 0",
+        ),
         (lambda p: optim.SGD(p, weight_decay=-1e-4), ValueError, "invalid weight_decay"),
-        (lambda p: optim.Adam(p, betas=(1.0, 0.999)), ValueError, r"invalid betas\[0\]=1.0.*\[0.0, 1.0\)"),
+        (
+            lambda p: optim.Adam(p, betas=(1.0, 0.999)),
+            ValueError,
+            r"invalid betas\[0\]=1.0.*\[0.0, 1.0\)",
+        ),
         (lambda p: optim.Adam(p, betas=(0.9, -0.1)), ValueError, r"invalid betas\[1\]"),
         (lambda p: optim.Adam(p, betas=(0.9,)), ValueError, "betas must be a pair"),
         (lambda p: optim.Adam(p, eps=-1.0), ValueError, "invalid eps"),
@@ -376,9 +436,21 @@ def test_load_state_dict_accepts_string_keys_and_list_betas():
         (lambda p: optim.RMSprop(p, alpha=1.5), ValueError, "invalid alpha"),
         (lambda p: optim.RMSprop(p, momentum=-0.5), ValueError, "invalid momentum"),
         (lambda p: optim.Adagrad(p, lr_decay=-1), ValueError, "invalid lr_decay"),
-        (lambda p: optim.Adagrad(p, initial_accumulator_value=-1), ValueError, "initial_accumulator_value"),
-        (lambda p: optim.SGD([{"params": p, "learning_rate": 0.1}]), ValueError, "unknown hyperparameter 'learning_rate'"),
-        (lambda p: optim.SGD([{"params": p}, {"params": p[:1]}]), ValueError, "more than one group"),
+        (
+            lambda p: optim.Adagrad(p, initial_accumulator_value=-1),
+            ValueError,
+            "initial_accumulator_value",
+        ),
+        (
+            lambda p: optim.SGD([{"params": p, "learning_rate": 0.1}]),
+            ValueError,
+            "unknown hyperparameter 'learning_rate'",
+        ),
+        (
+            lambda p: optim.SGD([{"params": p}, {"params": p[:1]}]),
+            ValueError,
+            "more than one group",
+        ),
         (lambda p: optim.SGD([]), ValueError, "empty parameter list"),
         (lambda p: optim.SGD(p[0]), TypeError, "single tensor"),
         (lambda p: optim.SGD([tg.tensor([1, 2])]), TypeError, "dtype int64 cannot be optimized"),
@@ -395,6 +467,8 @@ def test_accepts_a_module_and_repr_lists_groups():
     opt = optim.AdamW(model, lr=0.01)
     assert len(opt.param_groups[0]["params"]) == 6
     assert "Parameter Group 0" in repr(opt) and "weight_decay: 0.01" in repr(opt)
+    named = optim.SGD(model.named_parameters(), lr=0.1)
+    assert named.param_groups[0]["params"] == list(model.parameters())
 
 
 def test_add_param_group():

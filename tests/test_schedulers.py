@@ -20,7 +20,9 @@ LRS = (0.1, 0.03)  # two groups with different base lrs
 
 def _opts(tg_opt=optim.SGD, torch_opt=torch.optim.SGD, **kw):
     ours = tg_opt([{"params": [tg.Parameter(tg.zeros(1))], "lr": lr} for lr in LRS], **kw)
-    theirs = torch_opt([{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in LRS], **kw)
+    theirs = torch_opt(
+        [{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in LRS], **kw
+    )
     return ours, theirs
 
 
@@ -44,13 +46,27 @@ CASES = [
     (optim.CosineAnnealingLR, tls.CosineAnnealingLR, dict(T_max=30)),
     (optim.LinearLR, tls.LinearLR, dict(start_factor=0.25, end_factor=0.9, total_iters=10)),
     (optim.LinearLR, tls.LinearLR, dict()),
-    (optim.OneCycleLR, tls.OneCycleLR, dict(max_lr=[0.5, 0.2], total_steps=STEPS, cycle_momentum=False)),
-    (optim.OneCycleLR, tls.OneCycleLR, dict(max_lr=0.5, total_steps=STEPS + 5, anneal_strategy="linear", cycle_momentum=False)),
-    (optim.OneCycleLR, tls.OneCycleLR, dict(max_lr=0.5, epochs=3, steps_per_epoch=10, three_phase=True, cycle_momentum=False)),
+    (
+        optim.OneCycleLR,
+        tls.OneCycleLR,
+        dict(max_lr=[0.5, 0.2], total_steps=STEPS, cycle_momentum=False),
+    ),
+    (
+        optim.OneCycleLR,
+        tls.OneCycleLR,
+        dict(max_lr=0.5, total_steps=STEPS + 5, anneal_strategy="linear", cycle_momentum=False),
+    ),
+    (
+        optim.OneCycleLR,
+        tls.OneCycleLR,
+        dict(max_lr=0.5, epochs=3, steps_per_epoch=10, three_phase=True, cycle_momentum=False),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("ours", "theirs", "kwargs"), CASES, ids=lambda x: getattr(x, "__name__", None) or str(x))
+@pytest.mark.parametrize(
+    ("ours", "theirs", "kwargs"), CASES, ids=lambda x: getattr(x, "__name__", None) or str(x)
+)
 def test_lr_sequence_matches_torch(ours, theirs, kwargs):
     o, t = _opts()
     s, ts = ours(o, **kwargs), theirs(t, **kwargs)
@@ -72,7 +88,9 @@ def test_lambda_lr_matches_torch_with_one_function_per_group():
 @pytest.mark.parametrize("three_phase", [False, True])
 def test_one_cycle_cycles_sgd_momentum_like_torch(three_phase):
     o, t = _opts(momentum=0.9)
-    kw = dict(max_lr=0.5, total_steps=STEPS, three_phase=three_phase, base_momentum=0.8, max_momentum=0.9)
+    kw = dict(
+        max_lr=0.5, total_steps=STEPS, three_phase=three_phase, base_momentum=0.8, max_momentum=0.9
+    )
     a, _, am = _sequences(optim.OneCycleLR(o, **kw), o, extra=lambda g: g["momentum"])
     b, _, bm = _sequences(tls.OneCycleLR(t, **kw), t, extra=lambda g: g["momentum"])
     np.testing.assert_allclose(a, b, rtol=1e-9)
@@ -110,14 +128,32 @@ def test_one_cycle_errors():
     ("cls", "kwargs", "fn"),
     [
         (optim.StepLR, dict(step_size=4, gamma=0.5), lambda s, b: schedules.step_lr(s, b, 4, 0.5)),
-        (optim.MultiStepLR, dict(milestones=[5, 9]), lambda s, b: schedules.multistep_lr(s, b, [5, 9])),
+        (
+            optim.MultiStepLR,
+            dict(milestones=[5, 9]),
+            lambda s, b: schedules.multistep_lr(s, b, [5, 9]),
+        ),
         (optim.ExponentialLR, dict(gamma=0.8), lambda s, b: schedules.exponential_lr(s, b, 0.8)),
-        (optim.CosineAnnealingLR, dict(T_max=10), lambda s, b: schedules.cosine_annealing_lr(s, b, 10)),
-        (optim.LinearLR, dict(total_iters=8), lambda s, b: schedules.linear_lr(s, b, total_iters=8)),
-        (optim.WarmupCosine, dict(warmup_steps=5, total_steps=20, min_lr=1e-3),
-         lambda s, b: schedules.warmup_cosine(s, b, 5, 20, min_lr=1e-3)),
-        (optim.OneCycleLR, dict(max_lr=1.0, total_steps=STEPS, cycle_momentum=False),
-         lambda s, b: schedules.one_cycle_lr(s, 1.0, STEPS)),
+        (
+            optim.CosineAnnealingLR,
+            dict(T_max=10),
+            lambda s, b: schedules.cosine_annealing_lr(s, b, 10),
+        ),
+        (
+            optim.LinearLR,
+            dict(total_iters=8),
+            lambda s, b: schedules.linear_lr(s, b, total_iters=8),
+        ),
+        (
+            optim.WarmupCosine,
+            dict(warmup_steps=5, total_steps=20, min_lr=1e-3),
+            lambda s, b: schedules.warmup_cosine(s, b, 5, 20, min_lr=1e-3),
+        ),
+        (
+            optim.OneCycleLR,
+            dict(max_lr=1.0, total_steps=STEPS, cycle_momentum=False),
+            lambda s, b: schedules.one_cycle_lr(s, 1.0, STEPS),
+        ),
     ],
 )
 def test_objects_evaluate_the_pure_functions(cls, kwargs, fn):
@@ -128,7 +164,10 @@ def test_objects_evaluate_the_pure_functions(cls, kwargs, fn):
 
 
 def test_warmup_cosine_shape():
-    lrs = [schedules.warmup_cosine(s, 1.0, warmup_steps=4, total_steps=14, min_lr=0.1) for s in range(20)]
+    lrs = [
+        schedules.warmup_cosine(s, 1.0, warmup_steps=4, total_steps=14, min_lr=0.1)
+        for s in range(20)
+    ]
     assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
     assert lrs[4] == 1.0 and lrs[9] == pytest.approx(0.55)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
@@ -190,10 +229,16 @@ def test_resume_with_last_epoch_needs_initial_lr():
     [
         (lambda: schedules.step_lr(1, 0.1, step_size=0), "step_size must be a positive integer"),
         (lambda: schedules.cosine_annealing_lr(1, 0.1, T_max=0), "T_max must be positive"),
-        (lambda: schedules.linear_lr(1, 0.1, start_factor=0.0), r"start_factor must be in \(0, 1\]"),
+        (
+            lambda: schedules.linear_lr(1, 0.1, start_factor=0.0),
+            r"start_factor must be in \(0, 1\]",
+        ),
         (lambda: schedules.linear_lr(1, 0.1, end_factor=1.5), r"end_factor must be in \[0, 1\]"),
         (lambda: schedules.one_cycle_lr(1, 0.1, 10, anneal_strategy="exp"), "'cos' or 'linear'"),
-        (lambda: schedules.warmup_cosine(1, 0.1, warmup_steps=10, total_steps=5), "warmup_steps <= total_steps"),
+        (
+            lambda: schedules.warmup_cosine(1, 0.1, warmup_steps=10, total_steps=5),
+            "warmup_steps <= total_steps",
+        ),
         (lambda: schedules.exponential_lr(-1, 0.1, 0.9), "step must be >= 0"),
     ],
 )
@@ -203,7 +248,9 @@ def test_schedule_validation(call, match):
 
 
 def test_cosine_continues_past_t_max_like_torch():
-    assert schedules.cosine_annealing_lr(15, 1.0, T_max=10) == pytest.approx((1 + math.cos(1.5 * math.pi)) / 2)
+    assert schedules.cosine_annealing_lr(15, 1.0, T_max=10) == pytest.approx(
+        (1 + math.cos(1.5 * math.pi)) / 2
+    )
 
 
 def test_scheduler_needs_a_tapegrad_optimizer():

@@ -57,7 +57,9 @@ class TensorDataset:
             if not B.is_array(a):
                 a = np.asarray(a)
             if a.ndim == 0:
-                raise ValueError(f"TensorDataset: tensor {i} is 0-d; each needs a first (sample) axis")
+                raise ValueError(
+                    f"TensorDataset: tensor {i} is 0-d; each needs a first (sample) axis"
+                )
             arrays.append(a)
         n = arrays[0].shape[0]
         if any(a.shape[0] != n for a in arrays):
@@ -111,7 +113,12 @@ class Subset:
 
 def _lengths(n: int, lengths: Sequence[float]) -> list[int]:
     lengths = list(lengths)
-    if lengths and all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0) and sum(lengths) <= 1.0 + 1e-9:
+    if (
+        lengths
+        and all(isinstance(x, float) for x in lengths)
+        and math.isclose(sum(lengths), 1.0)
+        and sum(lengths) <= 1.0 + 1e-9
+    ):
         if any(x < 0 for x in lengths):
             raise ValueError(f"random_split: fractions must be >= 0, got {lengths}")
         out = [int(math.floor(n * f)) for f in lengths]

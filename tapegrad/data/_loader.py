@@ -103,7 +103,11 @@ class DataLoader:
         seed: int | None = None,
         progress: bool = False,
     ) -> None:
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size <= 0:
+        if (
+            not isinstance(batch_size, (int, np.integer))
+            or isinstance(batch_size, bool)
+            or batch_size <= 0
+        ):
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass generator= or seed=, not both")
@@ -161,7 +165,7 @@ class DataLoader:
                 raise ImportError(
                     "DataLoader(progress=True) needs tqdm: pip install tapegrad[examples]"
                 ) from None
-            return iter(tqdm(it, total=len(self), initial=0))
+            return iter(tqdm(it, total=len(self)))
         return it
 
     def _batches(self) -> Iterator[Any]:
@@ -175,10 +179,11 @@ class DataLoader:
             idx = order[lo:hi] if order is not None else np.arange(lo, hi)
             if fast is not None:
                 ds, index = fast
-                rows = idx if index is None else index[idx]
                 if order is None and index is None:
-                    rows = slice(lo, hi)  # a view: no copy for unshuffled reads
-                batch: Any = tuple(_wrap(a[rows]) for a in ds.arrays)
+                    rows: Any = slice(lo, hi)  # a view: no copy for unshuffled reads
+                else:
+                    rows = idx if index is None else index[idx]
+                batch: Any = tuple(_wrap(a[rows]) for a in ds.arrays)  # one gather per tensor
             else:
                 collate = self.collate_fn or default_collate
                 batch = collate([self.dataset[int(i)] for i in idx])

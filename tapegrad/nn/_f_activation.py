@@ -34,8 +34,11 @@ def relu(input: Any, inplace: bool = False) -> Tensor:
     return E.relu(input)
 
 
-def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
-    """``x`` clamped to ``[min_val, max_val]``; zero gradient outside and on the bounds (as PyTorch)."""
+def hardtanh(
+    input: Any, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> Tensor:
+    """``x`` clamped to ``[min_val, max_val]``; zero gradient outside and on the bounds
+    (as PyTorch)."""
     x = float_input(input, "hardtanh")
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
@@ -196,7 +199,9 @@ def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any
     return SM.softmax(-x, axis=_softmax_dim(x, dim, "softmin"))
 
 
-def log_softmax(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+def log_softmax(
+    input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None
+) -> Tensor:
     """``x - logsumexp(x)`` along ``dim``, stable for large logits."""
     x = _cast(input, dtype, "log_softmax")
     return SM.log_softmax(x, axis=_softmax_dim(x, dim, "log_softmax"))
@@ -264,4 +269,3 @@ def dropout2d(input: Any, p: float = 0.5, training: bool = True, inplace: bool =
 def dropout3d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero whole channels of (N, C, D, H, W) (or (C, D, H, W)) with probability ``p``."""
     return _feature_dropout(float_input(input, "dropout3d"), p, training, "dropout3d", 5)
-

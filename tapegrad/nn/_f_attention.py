@@ -1,5 +1,7 @@
 """Scaled dot-product attention (a composition of tapegrad ops)."""
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 import math
@@ -54,7 +56,13 @@ def scaled_dot_product_attention(
     q = float_input(query, op, "query")
     k = float_input(key, op, "key")
     v = float_input(value, op, "value")
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    if (
+        q.ndim < 2
+        or k.ndim < 2
+        or v.ndim < 2
+        or q.shape[-1] != k.shape[-1]
+        or k.shape[-2] != v.shape[-2]
+    ):
         raise ValueError(
             f"{op}: query {q.shape}, key {k.shape}, value {v.shape} must be (..., L, E), "
             "(..., S, E), (..., S, Ev)"

@@ -1,5 +1,7 @@
 """Helpers shared by the functional modules: argument checks, reductions, row gathers."""
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 from typing import Any

@@ -7,6 +7,8 @@
 them differentiates to any order.
 """
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -40,107 +42,97 @@ def pad_array(x: Any, padding: tuple[tuple[int, int], ...], value: float = 0.0) 
     if not any(a or b for a, b in padding):
         return x
     lead = x.ndim - len(padding)
-    shape = x.shape[:lead] + tuple(n + a + b for n, (a, b) in zip(x.shape[lead:], padding))
+    shape = x.shape[:lead] + tuple(
+        n + a + b for n, (a, b) in zip(x.shape[lead:], padding, strict=True)
+    )
     out = xp_of(x).full(shape, value, dtype=x.dtype)
-    out[(...,) + tuple(slice(a, a + n) for n, (a, _) in zip(x.shape[lead:], padding))] = x
+    out[
+        (...,) + tuple(slice(a, a + n) for n, (a, _) in zip(x.shape[lead:], padding, strict=True))
+    ] = x
     return out
 
 
-def _windows(xp_: Any, geom: Geom, lead_first: bool) -> Any:
-    """A strided view of the windows of a padded (N, C, Hp, Wp) array.
-
-    ``lead_first``: (N, C, kh, kw, Ho, Wo); else (C, kh, kw, N, Ho, Wo) (the im2col layout).
-    """
+def _windows(xp_: Any, geom: Geom) -> Any:
+    """A strided view of the windows of a padded (N, C, Hp, Wp) array: (N, C, kh, kw, Ho, Wo)."""
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     n, c = xp_.shape[:2]
     s_n, s_c, s_h, s_w = xp_.strides
-    if lead_first:
-        shape = (n, c, kh, kw, ho, wo)
-        strides = (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
-    else:
-        shape = (c, kh, kw, n, ho, wo)
-        strides = (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw)
+    shape = (n, c, kh, kw, ho, wo)
+    strides = (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
     return xp_of(xp_).lib.stride_tricks.as_strided(xp_, shape, strides, writeable=False)
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
-    v = _windows(pad_array(x, geom.padding), geom, lead_first=False)  # (C, kh, kw, N, Ho, Wo)
-    return v.reshape(c * kh * kw, n * ho * wo)  # the one copy: into the GEMM layout
+    v = _windows(pad_array(x, geom.padding), geom)  # (N, C, kh, kw, Ho, Wo)
+    return v.reshape(n, c * kh * kw, ho * wo)  # the one copy: into the GEMM layout
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
-    # accumulate in (C, N, Hp, Wp) so each strided add reads and writes in memory order
-    acc = xp_of(cols).zeros((c, n, h + pt + pb, w + pl + pr), dtype=cols.dtype)
-    c6 = cols.reshape(c, kh, kw, n, ho, wo)
+    acc = xp_of(cols).zeros((n, c, h + pt + pb, w + pl + pr), dtype=cols.dtype)
+    c6 = cols.reshape(n, c, kh, kw, ho, wo)
     for i in range(kh):
         rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
         for j in range(kw):
-            acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, i, j]
-    return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
+            acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, :, i, j]
+    if pt or pb or pl or pr:
+        return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
+    return acc
 
 
-IM2COL = defprim(
-    "nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom)
-)
-COL2IM = defprim(
-    "nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom)
-)
+# (N, C, H, W) <-> its windows as (N, C * kh * kw, Ho * Wo) columns: each the other's adjoint
+IM2COL = defprim("nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom))
+COL2IM = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom))
 
 
 # --------------------------------------------------------------------------------------------
-# conv2d: a fused primitive (im2col + one GEMM, bias added in the same pass); it saves x and w,
-# not the (kh * kw times larger) columns, and its VJPs are written with differentiable ops.
+# conv2d: a fused primitive (im2col + a GEMM per sample that writes the (N, O, Ho, Wo) output in
+# place, bias added in the same buffer); it saves x and w, not the (kh * kw times larger)
+# columns, and its VJPs are written with differentiable ops.
 # --------------------------------------------------------------------------------------------
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
-    n = x.shape[0]
-    o = w.shape[0]
+    n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
-    cols = _im2col_fwd(x, geom)  # (C*kh*kw, N*Ho*Wo)
+    cols = _im2col_fwd(x, geom)  # (N, C*kh*kw, Ho*Wo)
     if groups == 1:
-        y = w.reshape(o, -1) @ cols  # (O, N*Ho*Wo)
+        out = np.matmul(w.reshape(o, -1), cols)  # (N, O, Ho*Wo)
     else:
-        y = np.matmul(w.reshape(groups, o // groups, -1), cols.reshape(groups, -1, cols.shape[1]))
-    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
-    out = xp_of(x).empty((n, o, ho, wo), dtype=y.dtype)
-    if b is None:
-        out[...] = y
-    else:
-        np.add(y, b.reshape(1, o, 1, 1), out=out)
+        cg = cols.reshape(n, groups, -1, ho * wo)
+        out = np.matmul(w.reshape(groups, o // groups, -1), cg)  # (N, G, O/G, Ho*Wo)
+    out = out.reshape(n, o, ho, wo)
+    if b is not None:
+        out += b.reshape(1, o, 1, 1)
     return out
 
 
-def _grad_matrix(g: Tensor, groups: int) -> Tensor:
-    """The output gradient (N, O, Ho, Wo) as (G, O/G, N*Ho*Wo), the GEMM layout."""
-    n, o = g.shape[:2]
-    return S.reshape(S.permute_dims(g, (1, 0, 2, 3)), (groups, o // groups, -1))
-
-
 def _conv2d_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
-    wm = S.reshape(w, (groups, w.shape[0] // groups, -1))  # (G, O/G, C/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), _grad_matrix(g, groups))  # (G, C/G*kh*kw, NL)
-    return apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+    n, o = g.shape[:2]
+    wm = S.reshape(w, (groups, o // groups, -1))  # (G, O/G, C/G*kh*kw)
+    g4 = S.reshape(g, (n, groups, o // groups, -1))  # (N, G, O/G, Ho*Wo)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), g4)  # (N, G, C/G*kh*kw, Ho*Wo)
+    return apply(COL2IM, S.reshape(cols, (n, -1, cols.shape[-1])), geom=geom)
 
 
 def _conv2d_vjp_w(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
+    n, o = g.shape[:2]
     cols = apply(IM2COL, x, geom=geom)  # recomputed: cheaper to keep x than the columns
-    cols = S.reshape(cols, (groups, -1, cols.shape[-1]))
-    return S.reshape(L.matmul(_grad_matrix(g, groups), S.swapaxes(cols, -1, -2)), w.shape)
+    cols = S.reshape(cols, (n, groups, -1, cols.shape[-1]))  # (N, G, C/G*kh*kw, Ho*Wo)
+    g4 = S.reshape(g, (n, groups, o // groups, -1))
+    per_sample = L.matmul(g4, S.swapaxes(cols, -1, -2))  # (N, G, O/G, C/G*kh*kw)
+    return S.reshape(R.sum(per_sample, axis=0), w.shape)
 
 
 def _conv2d_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any, geom: Geom, groups: int):
     return R.sum(g, axis=(0, 2, 3))
 
 
-CONV2D = defprim(
-    "nn.conv2d", _conv2d_fwd, (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b), (0, 1)
-)
+CONV2D = defprim("nn.conv2d", _conv2d_fwd, (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b), (0, 1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,14 +141,20 @@ CONV2D = defprim(
 
 
 def _padding(
-    padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], op: str
+    padding: Any,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    op: str,
 ) -> tuple[tuple[int, int], ...]:
     nd = len(kernel)
     if isinstance(padding, str):
         if padding == "valid":
             return ((0, 0),) * nd
         if padding != "same":
-            raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+            raise ValueError(
+                f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}"
+            )
         if any(s != 1 for s in stride):
             raise ValueError(
                 f"{op}: padding='same' needs stride 1 (got stride={stride}); pad explicitly "
@@ -164,7 +162,8 @@ def _padding(
             )
         # the total d*(k-1) split with the extra element at the end, as PyTorch does
         return tuple(
-            (d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation)
+            (d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+            for k, d in zip(kernel, dilation, strict=True)
         )
     p = ntuple(padding, nd, "padding", op)
     if any(v < 0 for v in p):
@@ -172,7 +171,7 @@ def _padding(
     return tuple((v, v) for v in p)
 
 
-def _check_conv(x: Tensor, w: Tensor, groups: int, in_axis: int, op: str, nd: int) -> None:
+def _check_conv(x: Tensor, w: Tensor, groups: int, op: str, nd: int) -> None:
     if x.ndim != nd + 2:
         raise ValueError(
             f"{op}: input must be {nd + 2}-D (N, C{', H, W' if nd == 2 else ', L'}) or "
@@ -216,7 +215,7 @@ def conv2d(
     w = float_input(weight, "conv2d", "weight")
     x, w = same_float(x, w)
     x, unbatched = _as_batched(x, 2)
-    _check_conv(x, w, groups, 1, "conv2d", 2)
+    _check_conv(x, w, groups, "conv2d", 2)
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     if cg * groups != c or o % groups:
@@ -230,11 +229,14 @@ def conv2d(
     if min(s) < 1 or min(d) < 1:
         raise ValueError(f"conv2d: stride {s} and dilation {d} must be positive")
     pad = _padding(padding, k, s, d, "conv2d")
-    ho, wo = (out_size(v, kk, ss, pp, dd) for v, kk, ss, pp, dd in zip((h, wd), k, s, pad, d))
+    ho, wo = (
+        out_size(v, kk, ss, pp, dd) for v, kk, ss, pp, dd in zip((h, wd), k, s, pad, d, strict=True)
+    )
     if ho < 1 or wo < 1:
+        span = tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d, strict=True))
         raise ValueError(
             f"conv2d: the input {x.shape} padded by {pad} is smaller than the dilated kernel "
-            f"{tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d))}; pad the input or use a "
+            f"{span}; pad the input or use a "
             "smaller kernel"
         )
     geom = Geom((n, c, h, wd), k, s, pad, d, (ho, wo))  # type: ignore[arg-type]
@@ -266,16 +268,14 @@ def conv1d(
     x = float_input(input, "conv1d")
     w = float_input(weight, "conv1d", "weight")
     x, unbatched = _as_batched(x, 1)
-    _check_conv(x, w, groups, 1, "conv1d", 1)
+    _check_conv(x, w, groups, "conv1d", 1)
     s = ntuple(stride, 1, "stride", "conv1d")
     d = ntuple(dilation, 1, "dilation", "conv1d")
     if isinstance(padding, str):
         pad2: Any = padding
     else:
         pad2 = (0, ntuple(padding, 1, "padding", "conv1d")[0])
-    out = conv2d(
-        S.expand_dims(x, 2), S.expand_dims(w, 2), bias, (1, s[0]), pad2, (1, d[0]), groups
-    )
+    out = conv2d(S.expand_dims(x, 2), S.expand_dims(w, 2), bias, (1, s[0]), pad2, (1, d[0]), groups)
     out = S.squeeze(out, 2)
     return S.squeeze(out, 0) if unbatched else out
 
@@ -306,7 +306,7 @@ def conv_transpose2d(
     w = float_input(weight, op, "weight")
     x, w = same_float(x, w)
     x, unbatched = _as_batched(x, 2)
-    _check_conv(x, w, groups, 0, op, 2)
+    _check_conv(x, w, groups, op, 2)
     n, cin, h, wd = x.shape
     if w.shape[0] != cin:
         raise ValueError(
@@ -319,7 +319,7 @@ def conv_transpose2d(
     d = ntuple(dilation, 2, "dilation", op)
     p = ntuple(padding, 2, "padding", op)
     op_ = ntuple(output_padding, 2, "output_padding", op)
-    for a, ss, dd in zip(op_, s, d):
+    for a, ss, dd in zip(op_, s, d, strict=True):
         if not 0 <= a < max(ss, dd):
             raise ValueError(
                 f"{op}: output_padding {op_} must be smaller than the stride {s} or the "
@@ -327,15 +327,16 @@ def conv_transpose2d(
             )
     hout, wout = (
         (v - 1) * ss - 2 * pp + dd * (kk - 1) + oo + 1
-        for v, ss, pp, dd, kk, oo in zip((h, wd), s, p, d, k, op_)
+        for v, ss, pp, dd, kk, oo in zip((h, wd), s, p, d, k, op_, strict=True)
     )
     if hout < 1 or wout < 1:
         raise ValueError(f"{op}: the output size ({hout}, {wout}) is not positive")
-    geom = Geom((n, cout, hout, wout), k, s, ((p[0], p[0]), (p[1], p[1])), d, (h, wd))  # type: ignore[arg-type]
-    xm = S.reshape(S.permute_dims(x, (1, 0, 2, 3)), (groups, cin // groups, -1))  # (G, Cin/G, NHW)
+    pads = ((p[0], p[0]), (p[1], p[1]))
+    geom = Geom((n, cout, hout, wout), k, s, pads, d, (h, wd))  # type: ignore[arg-type]
+    xm = S.reshape(x, (n, groups, cin // groups, -1))  # (N, G, Cin/G, H*W)
     wm = S.reshape(w, (groups, cin // groups, -1))  # (G, Cin/G, Cout/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (G, Cout/G*kh*kw, NHW)
-    out = apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (N, G, Cout/G*kh*kw, H*W)
+    out = apply(COL2IM, S.reshape(cols, (n, -1, cols.shape[-1])), geom=geom)
     if bias is not None:
         b = S.astype(float_input(bias, op, "bias"), x.dtype)
         if b.shape != (cout,):

@@ -1,5 +1,7 @@
 """Affine maps and lookups: linear, bilinear, embedding, one_hot."""
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 from typing import Any
@@ -59,7 +61,9 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     x, w = same_float(x, w)
     if w.ndim == 1:  # a weight vector: a dot product over the last axis
         if x.shape[-1] != w.shape[0]:
-            raise ValueError(f"linear: input {x.shape} and weight {w.shape}: {x.shape[-1]} != {w.shape[0]}")
+            raise ValueError(
+                f"linear: input {x.shape} and weight {w.shape}: {x.shape[-1]} != {w.shape[0]}"
+            )
         y = L.matmul(x, w)
         return y if bias is None else y + S.astype(float_input(bias, "linear", "bias"), x.dtype)
     if w.ndim != 2:
@@ -89,7 +93,12 @@ def bilinear(input1: Any, input2: Any, weight: Any, bias: Any = None) -> Tensor:
     x1 = float_input(input1, "bilinear", "input1")
     x2 = float_input(input2, "bilinear", "input2")
     w = float_input(weight, "bilinear", "weight")
-    if w.ndim != 3 or x1.shape[-1] != w.shape[1] or x2.shape[-1] != w.shape[2] or x1.shape[:-1] != x2.shape[:-1]:
+    if (
+        w.ndim != 3
+        or x1.shape[-1] != w.shape[1]
+        or x2.shape[-1] != w.shape[2]
+        or x1.shape[:-1] != x2.shape[:-1]
+    ):
         raise ValueError(
             f"bilinear: inputs {x1.shape} and {x2.shape} do not fit weight {w.shape}: need "
             "(..., in1), (..., in2) with the same leading axes and weight (out, in1, in2)"
@@ -180,8 +189,6 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
     if num_classes == -1:
         num_classes = int(idx.max()) + 1 if idx.size else 0
     if idx.size and idx.max() >= num_classes:
-        raise ValueError(
-            f"one_hot: index {int(idx.max())} does not fit num_classes={num_classes}"
-        )
+        raise ValueError(f"one_hot: index {int(idx.max())} does not fit num_classes={num_classes}")
     xp = xp_of(idx)
     return _wrap((idx[..., None] == xp.arange(num_classes)).astype(np.int64))

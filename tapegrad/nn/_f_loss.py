@@ -6,6 +6,8 @@ shifted by 1e4 give the same loss. ``cross_entropy`` with class indices is one f
 ops), whose VJP is itself a primitive with differentiable VJPs, so higher order works.
 """
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 import warnings
@@ -324,8 +326,9 @@ def binary_cross_entropy(
             "binary_cross_entropy_with_logits"
         )
     loss = -(t * _clamped_log(x) + (1.0 - t) * _clamped_log(1.0 - x))
-    return reduce_loss(_times_weight(loss, weight, "binary_cross_entropy"), reduction,
-                       "binary_cross_entropy")  # fmt: skip
+    return reduce_loss(
+        _times_weight(loss, weight, "binary_cross_entropy"), reduction, "binary_cross_entropy"
+    )
 
 
 def _clamped_log(p: Tensor) -> Tensor:
@@ -359,7 +362,9 @@ def binary_cross_entropy_with_logits(
     if pos_weight is None:
         loss = (1.0 - t) * x + sp
     else:
-        pw = S.astype(float_input(pos_weight, "binary_cross_entropy_with_logits", "pos_weight"), x.dtype)
+        pw = S.astype(
+            float_input(pos_weight, "binary_cross_entropy_with_logits", "pos_weight"), x.dtype
+        )
         loss = (1.0 - t) * x + ((pw - 1.0) * t + 1.0) * sp
     loss = _times_weight(loss, weight, "binary_cross_entropy_with_logits")
     return reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")
@@ -481,7 +486,9 @@ def huber_loss(
     if weight is not None:
         w = S.astype(float_input(weight, "huber_loss", "weight"), loss.dtype)
         if w.shape != loss.shape:
-            raise ValueError(f"huber_loss: weight must have the input's shape {loss.shape}, got {w.shape}")
+            raise ValueError(
+                f"huber_loss: weight must have the input's shape {loss.shape}, got {w.shape}"
+            )
         loss = loss * w
     return reduce_loss(loss, reduction, "huber_loss")
 

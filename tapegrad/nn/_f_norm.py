@@ -3,6 +3,8 @@
 All are compositions of tapegrad ops (no gradient code), so they differentiate to any order.
 """
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 import math
@@ -123,8 +125,12 @@ def batch_norm(
     c = x.shape[1]
     shape = (1, c) + (1,) * (x.ndim - 2)
     axes = (0,) + tuple(range(2, x.ndim))
-    for name, t in (("running_mean", running_mean), ("running_var", running_var),
-                    ("weight", weight), ("bias", bias)):  # fmt: skip
+    for name, t in (
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
+    ):
         if t is not None and tuple(t.shape) != (c,):
             raise ValueError(
                 f"batch_norm: {name} must have shape ({c},) for an input with {c} channels "
@@ -153,9 +159,14 @@ def batch_norm(
 
 
 def _update_running(
-    x: Tensor, mu: Tensor, running_mean: Any, running_var: Any, momentum: float,
-    axes: tuple[int, ...], n: int,
-) -> None:  # fmt: skip
+    x: Tensor,
+    mu: Tensor,
+    running_mean: Any,
+    running_var: Any,
+    momentum: float,
+    axes: tuple[int, ...],
+    n: int,
+) -> None:
     """The in-place running-statistics update, on arrays (never recorded)."""
     if momentum is None:
         raise ValueError(
@@ -248,7 +259,11 @@ def vector_norm(x: Tensor, p: float, dim: Any, keepdim: bool) -> Tensor:
         return R.sum(E.abs(x), axis=dim, keepdims=keepdim)
     if math.isinf(p):
         a = E.abs(x)
-        return R.amax(a, axis=dim, keepdims=keepdim) if p > 0 else R.amin(a, axis=dim, keepdims=keepdim)
+        return (
+            R.amax(a, axis=dim, keepdims=keepdim)
+            if p > 0
+            else R.amin(a, axis=dim, keepdims=keepdim)
+        )
     if p <= 0:
         raise ValueError(f"normalize: p must be positive, got {p}")
     s = R.sum(E.abs(x) ** p, axis=dim, keepdims=keepdim)

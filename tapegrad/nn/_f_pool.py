@@ -1,17 +1,23 @@
 """Pooling over (N, C, H, W): max, average and their adaptive forms.
 
-Max pooling finds each window's first maximum (PyTorch's rule: ties go to the first element in
-row-major order, not split) with kh * kw strided passes, then gathers by that index; the gather
-(``nn.pool_gather``) and its adjoint (``nn.pool_scatter``) are each other's VJP. Average pooling
-is a window sum (``nn.sum_pool2d``, adjoint ``nn.sum_pool2d_grad``) times a constant divisor.
+Max pooling is ``nn.max_pool2d``: kh * kw strided ``maximum`` passes, no index bookkeeping in
+the forward. Its VJP ``nn.max_pool2d_grad`` finds each window's first maximum (PyTorch's rule:
+ties go to the first element in row-major order, not split) by comparing the windows with the
+output, and routes the gradient there; ``nn.max_pool2d_select`` (pick the value at that first
+maximum) is the VJP of that, and the other way round, so higher order works. Adaptive max
+pooling over unequal windows gathers by a flat index (``nn.pool_gather``, adjoint
+``nn.pool_scatter``). Average pooling is a window sum (``nn.sum_pool2d``, adjoint
+``nn.sum_pool2d_grad``) times a constant divisor.
 """
+
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 
 from typing import Any
 
 from .._backend import np, xp_of
-from .._tape import apply, defprim
+from .._tape import OUT, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -85,7 +91,12 @@ def _sum_pool_fwd(x: Any, geom: Geom) -> Any:
     out = None
     for i in range(kh):
         for j in range(kw):
-            v = xp_[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
+            v = xp_[
+                :,
+                :,
+                i * dh : i * dh + sh * (ho - 1) + 1 : sh,
+                j * dw : j * dw + sw * (wo - 1) + 1 : sw,
+            ]
             out = v.copy() if out is None else out.__iadd__(v)
     return out
 
@@ -101,7 +112,12 @@ def _sum_pool_grad_fwd(g: Any, geom: Geom) -> Any:
     acc = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=g.dtype)
     for i in range(kh):
         for j in range(kw):
-            acc[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += g
+            acc[
+                :,
+                :,
+                i * dh : i * dh + sh * (ho - 1) + 1 : sh,
+                j * dw : j * dw + sw * (wo - 1) + 1 : sw,
+            ] += g
     return xp.ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
 
 
@@ -109,7 +125,9 @@ SUM_POOL = defprim(
     "nn.sum_pool2d", _sum_pool_fwd, lambda g, ans, x, geom: apply(SUM_POOL_GRAD, g, geom=geom)
 )
 SUM_POOL_GRAD = defprim(
-    "nn.sum_pool2d_grad", _sum_pool_grad_fwd, lambda gg, ans, g, geom: apply(SUM_POOL, gg, geom=geom)
+    "nn.sum_pool2d_grad",
+    _sum_pool_grad_fwd,
+    lambda gg, ans, g, geom: apply(SUM_POOL, gg, geom=geom),
 )
 
 
@@ -134,21 +152,28 @@ def _pool_args(
     if x.ndim != 4:
         raise ValueError(f"{op}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
     k = ntuple(kernel_size, 2, "kernel_size", op)
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else ntuple(stride, 2, "stride", op)
+    s = (
+        k
+        if stride is None or (not isinstance(stride, int) and len(stride) == 0)
+        else ntuple(stride, 2, "stride", op)
+    )
     p = ntuple(padding, 2, "padding", op)
     d = ntuple(dilation, 2, "dilation", op)
     if min(k) < 1 or min(s) < 1 or min(d) < 1:
         raise ValueError(f"{op}: kernel_size {k}, stride {s} and dilation {d} must be positive")
-    if any(pp > kk // 2 for pp, kk in zip(p, k)):
+    if any(pp > kk // 2 for pp, kk in zip(p, k, strict=True)):
         raise ValueError(f"{op}: padding {p} must be at most half the kernel size {k}")
     n, c, h, w = x.shape
-    ho, wo = (_pool_size(v, kk, ss, pp, dd, ceil_mode) for v, kk, ss, pp, dd in zip((h, w), k, s, p, d))
+    ho, wo = (
+        _pool_size(v, kk, ss, pp, dd, ceil_mode)
+        for v, kk, ss, pp, dd in zip((h, w), k, s, p, d, strict=True)
+    )
     if ho < 1 or wo < 1:
         raise ValueError(f"{op}: the input {x.shape} is too small for kernel {k} (padding {p})")
     # ceil_mode windows may run past the input: pad the far side so they fit
     pad = tuple(
         (pp, max(pp, (o - 1) * ss + dd * (kk - 1) + 1 - v - pp))
-        for v, kk, ss, pp, dd, o in zip((h, w), k, s, p, d, (ho, wo))
+        for v, kk, ss, pp, dd, o in zip((h, w), k, s, p, d, (ho, wo), strict=True)
     )
     return Geom((n, c, h, w), k, s, pad, d, (ho, wo))  # type: ignore[arg-type]
 
@@ -163,28 +188,104 @@ def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
     return S.squeeze(t, 0) if unbatched else t
 
 
-def _max_index(x: Any, geom: Geom) -> Any:
-    """The flat (H * W) index of each window's first maximum, (N, C, Ho, Wo) int64."""
-    n, c, h, w = geom.in_shape
-    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
-    (pt, _), (pl, _) = geom.padding
+def _window(a: Any, geom: Geom, i: int, j: int) -> Any:
+    """The strided view of padded ``a`` that kernel offset (i, j) reads, (N, C, Ho, Wo)."""
+    (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
+    return a[
+        :, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw
+    ]
+
+
+def _offsets(geom: Geom) -> list[tuple[int, int, int]]:
+    kh, kw = geom.kernel
+    return [(i * kw + j, i, j) for i in range(kh) for j in range(kw)]
+
+
+def _overlap(geom: Geom) -> bool:
+    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
+    return sh < dh * (kh - 1) + 1 or sw < dw * (kw - 1) + 1
+
+
+def _max_pool_fwd(x: Any, geom: Geom) -> Any:
+    xp_ = pad_array(x, geom.padding, -np.inf)
+    out = None
+    for _, i, j in _offsets(geom):
+        v = _window(xp_, geom, i, j)
+        out = v.copy() if out is None else xp_of(x).maximum(out, v, out=out)  # NaN propagates
+    return out
+
+
+def _first_max(x: Any, out: Any, geom: Geom) -> Any:
+    """The kernel offset (0 .. kh * kw - 1) of each window's first maximum."""
     xp = xp_of(x)
     xp_ = pad_array(x, geom.padding, -np.inf)
-    best = None
-    arg = xp.zeros((n, c, ho, wo), dtype=np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            v = xp_[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
-            if best is None:
-                best = v.copy()
-                continue
-            better = (v > best) | (xp.isnan(v) & ~xp.isnan(best))  # NaN wins, as in PyTorch
-            xp.copyto(best, v, where=better)
-            xp.copyto(arg, i * kw + j, where=better)
-    ki, kj = arg // kw, arg % kw
-    rows = xp.arange(ho).reshape(ho, 1) * sh - pt + ki * dh
-    cols = xp.arange(wo) * sw - pl + kj * dw
-    return rows * w + cols
+    kk = geom.kernel[0] * geom.kernel[1]
+    arg = xp.zeros(out.shape, dtype=np.int16 if kk < 2**15 else np.int32)
+    for k, i, j in reversed(_offsets(geom)):  # walking backwards, the first match wins
+        arg = xp.where(_window(xp_, geom, i, j) == out, k, arg)
+    return arg
+
+
+def _max_pool_grad_fwd(g: Any, x: Any, out: Any, geom: Geom) -> Any:
+    xp = xp_of(g)
+    arg = _first_max(x, out, geom)
+    n, c, h, w = geom.in_shape
+    (pt, pb), (pl, pr) = geom.padding
+    acc = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=g.dtype)
+    overlap = _overlap(geom)
+    for k, i, j in _offsets(geom):
+        part = xp.where(arg == k, g, 0)
+        if overlap:
+            _window(acc, geom, i, j)[...] += part
+        else:  # disjoint windows: a plain strided store
+            _window(acc, geom, i, j)[...] = part
+    return xp.ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
+
+
+def _max_pool_select_fwd(gg: Any, x: Any, out: Any, geom: Geom) -> Any:
+    arg = _first_max(x, out, geom)
+    ggp = pad_array(gg, geom.padding)
+    res = xp_of(gg).zeros(out.shape, dtype=gg.dtype)
+    for k, i, j in _offsets(geom):
+        res = xp_of(gg).where(arg == k, _window(ggp, geom, i, j), res)
+    return res
+
+
+def _const(t: Tensor) -> Tensor:
+    # x and the output only locate the maxima: piecewise constant, so they join no tape
+    return _wrap(t._data)
+
+
+MAX_POOL = defprim(
+    "nn.max_pool2d",
+    _max_pool_fwd,
+    lambda g, ans, x, geom: apply(MAX_POOL_GRAD, g, _const(x), _const(ans), geom=geom),
+    (0, OUT),
+)
+# the gradient routed to each window's first maximum (linear in g); _SELECT is its adjoint
+MAX_POOL_GRAD = defprim(
+    "nn.max_pool2d_grad",
+    _max_pool_grad_fwd,
+    (lambda gg, ans, g, x, out, geom: apply(MAX_POOL_SELECT, gg, x, out, geom=geom), None, None),
+    (1, 2),
+)
+MAX_POOL_SELECT = defprim(
+    "nn.max_pool2d_select",
+    _max_pool_select_fwd,
+    (lambda g, ans, gg, x, out, geom: apply(MAX_POOL_GRAD, g, x, out, geom=geom), None, None),
+    (1, 2),
+)
+
+
+def _max_index(x: Any, out: Any, geom: Geom) -> Any:
+    """The flat (H * W) index of each window's first maximum, (N, C, Ho, Wo) int64."""
+    xp = xp_of(x)
+    w = geom.in_shape[3]
+    (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
+    (pt, _), (pl, _) = geom.padding
+    table = xp.asarray([i * dh * w + j * dw for _, i, j in _offsets(geom)], dtype=np.int64)
+    base = (xp.arange(ho) * sh - pt).reshape(ho, 1) * w + (xp.arange(wo) * sw - pl)
+    return table[_first_max(x, out, geom)] + base
 
 
 def max_pool2d(
@@ -209,13 +310,11 @@ def max_pool2d(
     x = float_input(input, "max_pool2d")
     x, unb = _batched(x)
     geom = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
-    idx = _max_index(x._data, geom)
-    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
-    overlap = sh < dh * (kh - 1) + 1 or sw < dw * (kw - 1) + 1
-    out = _unbatch(apply(POOL_GATHER, x, idx=idx, overlap=overlap), unb)
+    out = apply(MAX_POOL, x, geom=geom)
     if return_indices:
-        return out, _unbatch(_wrap(idx), unb)
-    return out
+        idx = _max_index(x._data, out._data, geom)
+        return _unbatch(out, unb), _unbatch(_wrap(idx), unb)
+    return _unbatch(out, unb)
 
 
 def max_pool1d(
@@ -248,7 +347,9 @@ def max_pool1d(
 def _divisor(geom: Geom, p: tuple[int, int], count_include_pad: bool, dtype: Any) -> Any:
     """PyTorch's avg-pool divisor per output position, as an (Ho, Wo) array."""
     counts = []
-    for v, k, s, pp, o in zip(geom.in_shape[2:], geom.kernel, geom.stride, p, geom.out_hw):
+    for v, k, s, pp, o in zip(
+        geom.in_shape[2:], geom.kernel, geom.stride, p, geom.out_hw, strict=True
+    ):
         start = np.arange(o) * s - pp
         end = np.minimum(start + k, v + pp)
         if count_include_pad:
@@ -396,4 +497,3 @@ def adaptive_max_pool2d(input: Any, output_size: Any, return_indices: bool = Fal
     if return_indices:
         return out, _unbatch(_wrap(idx), unb)
     return out
-

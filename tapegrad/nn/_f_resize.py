@@ -1,5 +1,7 @@
 """Padding and resampling: ``pad`` (PyTorch's argument order) and ``interpolate``."""
 
+# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
+
 from __future__ import annotations
 
 import math
@@ -41,9 +43,11 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
         if value not in (None, 0, 0.0):
             raise ValueError(f"pad: value= only applies to mode='constant', got mode={mode!r}")
         if any(a < 0 or b < 0 for a, b in pairs):
-            raise ValueError(f"pad: negative padding {tuple(pad)} is only supported in constant mode")
+            raise ValueError(
+                f"pad: negative padding {tuple(pad)} is only supported in constant mode"
+            )
         if mode == "reflect":
-            for (a, b), n in zip(pairs, x.shape):
+            for (a, b), n in zip(pairs, x.shape, strict=True):
                 if a >= n or b >= n:
                     raise ValueError(
                         f"pad: reflect padding {tuple(pad)} must be smaller than the padded "
@@ -51,7 +55,11 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
                     )
         return S.pad(x, pairs, mode=_PAD_MODES[mode])
     if any(a < 0 or b < 0 for a, b in pairs):  # negative widths crop first
-        x = x[tuple(slice(max(-a, 0), n - max(-b, 0)) for (a, b), n in zip(pairs, x.shape))]
+        x = x[
+            tuple(
+                slice(max(-a, 0), n - max(-b, 0)) for (a, b), n in zip(pairs, x.shape, strict=True)
+            )
+        ]
         pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
     if not any(a or b for a, b in pairs):
         return x
@@ -74,10 +82,16 @@ def _out_sizes(x: Tensor, size: Any, scale_factor: Any, op: str) -> tuple[list[i
         if len(sizes) != nd:
             raise ValueError(f"{op}: size {size!r} must give {nd} sizes for input {x.shape}")
         return sizes, [None] * nd
-    sf = [float(scale_factor)] * nd if isinstance(scale_factor, (int, float)) else [float(s) for s in scale_factor]
+    sf = (
+        [float(scale_factor)] * nd
+        if isinstance(scale_factor, (int, float))
+        else [float(s) for s in scale_factor]
+    )
     if len(sf) != nd:
-        raise ValueError(f"{op}: scale_factor {scale_factor!r} must give {nd} factors for input {x.shape}")
-    return [int(math.floor(n * f)) for n, f in zip(x.shape[2:], sf)], sf
+        raise ValueError(
+            f"{op}: scale_factor {scale_factor!r} must give {nd} factors for input {x.shape}"
+        )
+    return [int(math.floor(n * f)) for n, f in zip(x.shape[2:], sf, strict=True)], sf
 
 
 def interpolate(
@@ -121,7 +135,9 @@ def interpolate(
             if n == o:
                 continue
             scale = np.float32(1.0 / sf[k] if sf[k] else n / o)  # PyTorch computes it in float
-            dst = np.arange(o, dtype=np.float32) + (np.float32(0.5) if mode == "nearest-exact" else 0)
+            dst = np.arange(o, dtype=np.float32) + (
+                np.float32(0.5) if mode == "nearest-exact" else 0
+            )
             idx = np.minimum(np.floor(dst * scale).astype(np.int64), n - 1)
             x = take(x, idx, ax)
         return x
@@ -131,7 +147,9 @@ def interpolate(
             f"'trilinear', got {mode!r}"
         )
     if _LINEAR_MODES[mode] != nd:
-        raise ValueError(f"{op}: mode {mode!r} needs {_LINEAR_MODES[mode]} spatial axes, input is {x.shape}")
+        raise ValueError(
+            f"{op}: mode {mode!r} needs {_LINEAR_MODES[mode]} spatial axes, input is {x.shape}"
+        )
     ac = bool(align_corners)
     for k in range(nd):
         ax = 2 + k
@@ -156,7 +174,11 @@ def interpolate(
 
 
 def upsample(
-    input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: Any = None
+    input: Any,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: Any = None,
 ) -> Tensor:
     """An alias of ``interpolate`` (PyTorch's deprecated name)."""
     return interpolate(input, size, scale_factor, mode, align_corners)

@@ -4,7 +4,10 @@ A Module's fields are found by walking its attributes (and lists, tuples and dic
 the order they were set, and named by dotted path (``encoder.layers.0.weight``) as PyTorch names
 them, so a PyTorch ``state_dict`` for the same architecture loads one to one. A ``Parameter``
 trains; any other Tensor attribute is a buffer (saved in ``state_dict`` unless registered with
-``persistent=False``). Attributes whose names start with ``_`` are private and never walked.
+``persistent=False``). Attributes whose names start with ``_`` are private and never walked,
+unless set through ``register_buffer``/``register_parameter``/``add_module`` (PyTorch allows
+such names). Each Parameter learns its dotted path (``Parameter.name``) and each Module its path
+(used as the tape scope of the ops it runs) when it is set on a module.
 
 Within one module the order is PyTorch's: its own parameters, then its own buffers, then its
 submodules (and lists/dicts of them) depth first.
@@ -21,6 +24,9 @@ from .. import _tape
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
+
+# the modules whose repr is being built (a cycle prints as "Name(...)")
+_REPR_ACTIVE: set[int] = set()
 
 
 class IncompatibleKeys(NamedTuple):
@@ -57,6 +63,8 @@ class Module:
     # the dotted path from the outermost module that holds it (set on assignment), for scopes
     _path: str | None = None
     _non_persistent: frozenset[str] = frozenset()
+    # names starting with "_" that register_* made public (PyTorch allows "_float_tensor")
+    _registered: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         # Nothing to set up: the class-level defaults cover a subclass that skips this call.
@@ -64,7 +72,7 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name[0] != "_" and name != "training":
+        if (name[0] != "_" or name in self._registered) and name != "training":
             _adopt(name, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -88,6 +96,7 @@ class Module:
                 f"register_buffer: '{name}' must be a Tensor (not a Parameter) or None, "
                 f"got {type(tensor).__name__}; use register_parameter for parameters"
             )
+        self._register(name)
         setattr(self, name, tensor)
         if persistent:
             object.__setattr__(self, "_non_persistent", self._non_persistent - {name})
@@ -101,15 +110,26 @@ class Module:
                 f"register_parameter: '{name}' must be a Parameter or None, got "
                 f"{type(param).__name__}; wrap it as tg.nn.Parameter(tensor)"
             )
+        self._register(name)
         setattr(self, name, param)
 
     def add_module(self, name: str, module: Module | None) -> None:
         """Set a submodule by name (``register_module`` is an alias)."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: '{name}' must be a Module, got {type(module).__name__}")
+        self._register(name)
         setattr(self, name, module)
 
     register_module = add_module
+
+    def _register(self, name: str) -> None:
+        if not isinstance(name, str) or not name or "." in name or name == "training":
+            raise KeyError(
+                f"{type(self).__name__}: {name!r} cannot name a field: use a non-empty string "
+                "without '.' (dots separate the levels of a dotted path)"
+            )
+        if name[0] == "_":
+            object.__setattr__(self, "_registered", self._registered | {name})
 
     def get_submodule(self, target: str) -> Module:
         """The submodule at a dotted path (``"encoder.layers.0"``); ``""`` is the module itself."""
@@ -131,7 +151,10 @@ class Module:
     # -- walking ----------------------------------------------------------------------------------
     def _fields(self) -> list[tuple[str, Any]]:
         """(name, value) of the public attributes, in the order set; containers override it."""
-        return [(k, v) for k, v in vars(self).items() if k[0] != "_" and k != "training"]
+        reg = self._registered
+        return [
+            (k, v) for k, v in vars(self).items() if (k[0] != "_" or k in reg) and k != "training"
+        ]
 
     def _members(
         self, prefix: str, dedupe: bool, seen: set[int], active: set[int]
@@ -156,19 +179,10 @@ class Module:
     def named_modules(
         self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Module]]:
-        """``(dotted name, module)`` for this module (name ``prefix``) and every one below it."""
-        seen = memo if memo is not None else set()
-        stack: list[tuple[str, Module]] = [(prefix, self)]
-        while stack:
-            name, m = stack.pop()
-            if remove_duplicate:
-                if id(m) in seen:
-                    continue
-                seen.add(id(m))
-            yield name, m
-            base = name + "." if name else ""
-            kids = [(base + n, c) for n, c in m._child_items()]
-            stack.extend(reversed(kids))
+        """``(dotted name, module)`` for this module (name ``prefix``) and every one below it,
+        depth first; a shared module once unless ``remove_duplicate=False`` (cycles never loop)."""
+        seen = (memo if memo is not None else set()) if remove_duplicate else None
+        yield from _named_modules(self, prefix, seen, set())
 
     def _child_items(self) -> list[tuple[str, Module]]:
         """Direct submodules with their local names; a list attribute gives ``layers.0``, ..."""
@@ -245,7 +259,9 @@ class Module:
     ) -> Iterator[tuple[str, Tensor, Module, str]]:
         if recurse:
             return self._members(base, dedupe, set(), set())
-        own = [(base + k, v, self, k) for k, v in self._fields() if isinstance(v, Parameter)]
+        own: list[tuple[str, Tensor, Module, str]] = [
+            (base + k, v, self, k) for k, v in self._fields() if isinstance(v, Parameter)
+        ]
         own += [
             (base + k, v, self, k)
             for k, v in self._fields()
@@ -306,7 +322,7 @@ class Module:
             if k not in state_dict:
                 continue
             v = state_dict[k]
-            a = v._data if isinstance(v, Tensor) else np.asarray(v)
+            a = v._data if isinstance(v, Tensor) else (v if B.is_array(v) else np.asarray(v))
             if tuple(a.shape) != t.shape:
                 bad.append(f"'{k}': {tuple(a.shape)} in the state dict, {t.shape} in the model")
             arrays[k] = a
@@ -318,8 +334,10 @@ class Module:
             )
         for k, a in arrays.items():
             t = own[k]
-            new = B.to_device(np.array(B.to_device(a, "cpu"), dtype=t.dtype, copy=True), t.device)
-            t._data = new
+            if B.device_of(a) == t.device:
+                t._data = B.xp_of(a).array(a, dtype=t.dtype, copy=True)
+            else:
+                t._data = B.to_device(B.to_device(a, "cpu").astype(t.dtype), t.device)
             t._version += 1
         return IncompatibleKeys(missing, unexpected)
 
@@ -341,9 +359,26 @@ class Module:
         return self
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
-        """Call ``fn`` on every submodule (children first) and then on this module."""
-        for m in reversed(list(self.modules())):
+        """Call ``fn`` on every submodule, children before parents (PyTorch's order), each once.
+
+        >>> import tapegrad as tg
+        >>> net = tg.nn.Sequential(tg.nn.Linear(2, 2), tg.nn.Linear(2, 1))
+        >>> def zero_bias(m):
+        ...     if isinstance(m, tg.nn.Linear):
+        ...         tg.nn.init.zeros_(m.bias)
+        >>> net.apply(zero_bias)[1].bias.tolist()
+        [0.0]
+        """
+        seen: set[int] = set()
+
+        def visit(m: Module) -> None:
+            seen.add(id(m))
+            for _, c in m._child_items():
+                if id(c) not in seen:
+                    visit(c)
             fn(m)
+
+        visit(self)
         return self
 
     def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Module:
@@ -399,11 +434,15 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
+        if id(self) in _REPR_ACTIVE:  # a module that holds one of its ancestors
+            return type(self).__name__ + "(...)"
         extra = self.extra_repr()
         extra_lines = extra.split("\n") if extra else []
-        child_lines = [
-            f"({name}): " + _indent(repr(m), 2) for name, m in self._child_items()
-        ]
+        _REPR_ACTIVE.add(id(self))
+        try:
+            child_lines = [f"({n}): " + _indent(repr(m), 2) for n, m in self._child_items()]
+        finally:
+            _REPR_ACTIVE.discard(id(self))
         lines = extra_lines + child_lines
         out = type(self).__name__ + "("
         if lines:
@@ -456,6 +495,25 @@ def _members_of(  # noqa: PLR0917 - the walk's state, passed down the recursion
     elif isinstance(v, dict):
         for k, item in v.items():
             yield from _members_of(item, f"{name}.{k}", f"{local}.{k}", owner, dedupe, seen, active)
+
+
+def _named_modules(
+    m: Module, prefix: str, seen: set[int] | None, active: set[int]
+) -> Iterator[tuple[str, Module]]:
+    if id(m) in active:
+        return
+    if seen is not None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+    yield prefix, m
+    active.add(id(m))
+    try:
+        base = prefix + "." if prefix else ""
+        for name, c in m._child_items():
+            yield from _named_modules(c, base + name, seen, active)
+    finally:
+        active.discard(id(m))
 
 
 def _collect_modules(v: Any, name: str, out: list[tuple[str, Module]]) -> None:

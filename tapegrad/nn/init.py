@@ -198,7 +198,7 @@ def eye_(tensor: Tensor) -> Tensor:
     _check(tensor, "eye_")
     if tensor.ndim != 2:
         raise ValueError(f"init.eye_: needs a 2-D tensor, got shape {tensor.shape}")
-    return _fill(tensor, np.eye(*tensor.shape))
+    return _fill(tensor, np.eye(tensor.shape[0], tensor.shape[1]))
 
 
 def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:

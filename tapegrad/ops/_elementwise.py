@@ -7,6 +7,7 @@ input, so backward holds less memory (exp, tanh, sigmoid, sqrt, relu).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .._backend import np
@@ -20,7 +21,9 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-def _unary(name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = "") -> Any:
+def _unary(
+    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = ""
+) -> Callable[[Any], Tensor]:
     prim = defprim(name, fwd, vjp, save)
 
     def op(x: Any) -> Tensor:
@@ -42,6 +45,10 @@ def _floatin(f: Any) -> Any:
     return fwd
 
 
+def _raw(x: Any) -> Any:
+    return x._data if isinstance(x, Tensor) else x
+
+
 def _zeros(g: Tensor) -> Tensor:
     # a constant: the derivative of a piecewise-constant function is zero, whatever g holds
     return _wrap(np.zeros_like(g._data))
@@ -49,10 +56,10 @@ def _zeros(g: Tensor) -> Tensor:
 
 # --- unary -----------------------------------------------------------------------------------
 neg = _unary("neg", np.negative, lambda g, ans, x: -g, ())
-abs = _unary("abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.")
 sign = _unary(
     "sign", np.sign, lambda g, ans, x: _zeros(g), (), "-1, 0 or 1 by sign; zero gradient."
 )
+abs = _unary("abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.")
 exp = _unary("exp", _floatin(np.exp), lambda g, ans, x: g * ans, (OUT,))
 expm1 = _unary(
     "expm1", _floatin(np.expm1), lambda g, ans, x: g * (ans + 1.0), (OUT,),
@@ -74,7 +81,13 @@ square = _unary("square", np.square, lambda g, ans, x: g * 2.0 * x, doc="``x * x
 reciprocal = _unary(
     "reciprocal", _floatin(np.reciprocal), lambda g, ans, x: -g * ans * ans, (OUT,), "``1 / x``."
 )
-sin = _unary("sin", _floatin(np.sin), lambda g, ans, x: g * cos(x))
+
+
+def _sin_vjp(g: Tensor, ans: Any, x: Tensor) -> Tensor:
+    return g * cos(x)
+
+
+sin = _unary("sin", _floatin(np.sin), _sin_vjp)
 cos = _unary("cos", _floatin(np.cos), lambda g, ans, x: -g * sin(x))
 tan = _unary("tan", _floatin(np.tan), lambda g, ans, x: g * (1.0 + ans * ans), (OUT,))
 tanh = _unary("tanh", _floatin(np.tanh), lambda g, ans, x: g * (1.0 - ans * ans), (OUT,))
@@ -145,7 +158,8 @@ def _pow_fwd(x: Any, y: Any) -> Any:
 def _pow_vjp_x(g: Tensor, ans: Any, x: Any, y: Any) -> Tensor:
     if isinstance(y, Tensor):
         # y == 0 gives 0 even at x == 0, where x ** (y - 1) is infinite (as PyTorch)
-        return g * where(y == 0, 0.0, y * x ** (y - 1.0))
+        y0 = y == 0
+        return g * where(y0, 0.0, y * x ** where(y0, 1.0, y - 1.0))
     if y == 0:
         return _zeros(g)
     if y == 1:
@@ -202,7 +216,7 @@ _atan2 = defprim(
 _remainder = defprim(
     "remainder",
     np.remainder,
-    (lambda g, ans, x, y: g, lambda g, ans, x, y: -g * floor_divide(x, y)),
+    (lambda g, ans, x, y: g, lambda g, ans, x, y: -g * _wrap(np.floor_divide(_raw(x), _raw(y)))),
     (0, 1),
 )
 _floor_divide = defprim(
@@ -219,7 +233,7 @@ def _tie_weight(a: Any, b: Any, larger: bool) -> Tensor:
     return _wrap(win._data + (a == b)._data * 0.5)
 
 
-def _binary(prim: Any, name: str, doc: str) -> Any:
+def _binary(prim: Any, name: str, doc: str) -> Callable[[Any, Any], Tensor]:
     def op(x: Any, y: Any) -> Tensor:
         # two tensors of one dtype skip the promotion call (the benchmarked hot path)
         if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x._data.dtype is y._data.dtype):
@@ -277,10 +291,9 @@ def divide(x: Any, y: Any) -> Tensor:
     x, y = operands(x, y)
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     if (not xt or x._data.dtype.kind in "biu") and (not yt or y._data.dtype.kind in "biu"):
-        if xt:
-            x = x.astype(default_float())
-        else:
-            y = y.astype(default_float())
+        f = default_float()
+        x = x.astype(f) if xt else x
+        y = y.astype(f) if yt else y
     return apply(_div, x, y)
 
 

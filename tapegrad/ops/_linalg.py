@@ -102,8 +102,8 @@ def _einsum_vjp(i: int) -> Any:
         kept = "".join(c for c in uniq if c in rest)
         r = einsum(",".join([out, *others]) + "->" + kept, g, *other_ops)
         if kept != uniq:
-            size = dict(zip(target, ops[i].shape))
-            size.update(zip(kept, r.shape))
+            size = dict(zip(target, ops[i].shape, strict=True))
+            size.update(zip(kept, r.shape, strict=True))
             r = reshape(r, tuple(size[c] if c in kept else 1 for c in uniq))
             r = broadcast_to(r, tuple(size[c] for c in uniq))
         if uniq == target:
@@ -121,7 +121,7 @@ def _einsum_vjp(i: int) -> Any:
             else:
                 seen.add(c)
                 spread += c
-        n = dict(zip(target, ops[i].shape))
+        n = dict(zip(target, ops[i].shape, strict=True))
         eyes = [_wrap(np.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
         return einsum(",".join([uniq, *deltas]) + "->" + spread, r, *eyes)
 
@@ -157,14 +157,12 @@ def _explicit(subscripts: str, ops: list[Tensor]) -> str:
         # name the ellipsis dimensions with unused capital letters
         free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in s]
         ins = s.split("->")[0].split(",")
-        nell = max(op.ndim - (len(t) - 3) for t, op in zip(ins, ops) if "..." in t)
+        nell = max(op.ndim - (len(t) - 3) for t, op in zip(ins, ops, strict=True) if "..." in t)
         ell = "".join(free[:nell])
         new_ins = []
-        for t, op in zip(ins, ops):
-            if "..." in t:
-                k = op.ndim - (len(t) - 3)
-                t = t.replace("...", ell[nell - k :])
-            new_ins.append(t)
+        for t, op in zip(ins, ops, strict=True):
+            k = op.ndim - (len(t) - 3)
+            new_ins.append(t.replace("...", ell[nell - k :]) if "..." in t else t)
         if "->" in s:
             out = s.split("->")[1].replace("...", ell)
         else:
@@ -198,12 +196,12 @@ def einsum(subscripts: str, *operands_: Any) -> Tensor:
     if len(terms) != len(ops):
         raise ValueError(f"einsum: {subscripts!r} names {len(terms)} operands, got {len(ops)}")
     sizes: dict[str, int] = {}
-    for t, op in zip(terms, ops):
+    for t, op in zip(terms, ops, strict=True):
         if len(t) != op.ndim:
             raise ValueError(
                 f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}"
             )
-        for c, n in zip(t, op.shape):
+        for c, n in zip(t, op.shape, strict=True):
             if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
                 raise ValueError(
                     f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}"
@@ -223,14 +221,15 @@ def tensordot(x: Any, y: Any, axes: Any = 2) -> Tensor:
     """
     x, y = as_tensor(x), as_tensor(y)
     if isinstance(axes, (int, np.integer)):
-        ax, ay = list(range(x.ndim - int(axes), x.ndim)), list(range(int(axes)))
+        gx: list[Any] = list(range(x.ndim - int(axes), x.ndim))
+        gy: list[Any] = list(range(int(axes)))
     else:
-        ax, ay = axes
-        ax = [ax] if isinstance(ax, (int, np.integer)) else list(ax)
-        ay = [ay] if isinstance(ay, (int, np.integer)) else list(ay)
-    ax = [check_axis(int(a), x.ndim, "tensordot") for a in ax]
-    ay = [check_axis(int(a), y.ndim, "tensordot") for a in ay]
-    if len(ax) != len(ay) or builtins.any(x.shape[a] != y.shape[b] for a, b in zip(ax, ay)):
+        gx, gy = ([a] if isinstance(a, (int, np.integer)) else list(a) for a in axes)
+    ax = [check_axis(int(a), x.ndim, "tensordot") for a in gx]
+    ay = [check_axis(int(a), y.ndim, "tensordot") for a in gy]
+    if len(ax) != len(ay) or builtins.any(
+        x.shape[a] != y.shape[b] for a, b in zip(ax, ay, strict=True)
+    ):
         raise ValueError(
             f"tensordot: cannot contract axes {ax} of {x.shape} with axes {ay} of {y.shape}; "
             "the paired axes must have equal sizes"
@@ -238,7 +237,7 @@ def tensordot(x: Any, y: Any, axes: Any = 2) -> Tensor:
     letters = iter(_LETTERS)
     lx = [next(letters) for _ in range(x.ndim)]
     ly = [next(letters) for _ in range(y.ndim)]
-    for a, b in zip(ax, ay):
+    for a, b in zip(ax, ay, strict=True):
         ly[b] = lx[a]
     out = [c for i, c in enumerate(lx) if i not in ax] + [
         c for i, c in enumerate(ly) if i not in ay

@@ -12,40 +12,36 @@ from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis
 
 
+def _kept(axes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a reduction over ``axes`` of ``shape`` with keepdims: 1s at the axes."""
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
 def _expand(g: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Tensor:
     """``g`` of a reduction, reshaped with 1s at the reduced axes, then broadcast to ``shape``."""
     from ._shape import broadcast_to, reshape  # noqa: PLC0415
 
     if not keepdims:
-        g = reshape(g, tuple(1 if i in axes else n for i, n in enumerate(shape)))
+        g = reshape(g, _kept(axes, shape))
     return broadcast_to(g, shape)
 
 
-def _keep(ans: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Tensor:
-    from ._shape import reshape  # noqa: PLC0415
-
-    if keepdims:
-        return ans
-    return reshape(ans, tuple(1 if i in axes else n for i, n in enumerate(shape)))
-
-
 def _extreme_vjp(
-    g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any
+    g: Tensor, ans: Tensor, x: Tensor, *, axis: Any, keepdims: bool, shape: Any
 ) -> Tensor:
     # ties share the gradient evenly (as torch.amax); the mask is a constant
-    a = (
-        ans._data
-        if keepdims
-        else ans._data.reshape([1 if i in axis else n for i, n in enumerate(shape)])
-    )
-    m = (x._data == a).astype(x.dtype)
+    m = (x._data == np.reshape(ans._data, _kept(axis, shape))).astype(x.dtype)
     m /= m.sum(axis=axis, keepdims=True)
     return _expand(g, axis, keepdims, shape) * _wrap(m)
 
 
-def _prod_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: Any, keepdims: bool, shape: Any) -> Tensor:
+def _prod_vjp(
+    g: Tensor, ans: Tensor, x: Tensor, *, axis: Any, keepdims: bool, shape: Any
+) -> Tensor:
     if builtins.bool((x._data != 0).all()):
-        return _expand(g, axis, keepdims, shape) * _keep(ans, axis, keepdims, shape) / x
+        from ._shape import reshape  # noqa: PLC0415
+
+        return _expand(g, axis, keepdims, shape) * reshape(ans, _kept(axis, shape)) / x
     return _expand(g, axis, keepdims, shape) * _prod_of_others(x, axis)
 
 

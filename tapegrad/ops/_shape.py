@@ -26,13 +26,11 @@ _reshape = defprim(
 )
 _permute = defprim(
     "permute_dims",
-    lambda x, axes: np.transpose(x, axes),
+    np.transpose,
     lambda g, ans, x, axes: permute_dims(g, tuple(int(i) for i in np.argsort(axes))),
 )
 # the engine sums the gradient back to the input's shape, so the VJP is the identity
-_broadcast_to = defprim(
-    "broadcast_to", lambda x, shape: np.broadcast_to(x, shape), lambda g, ans, x, shape: g
-)
+_broadcast_to = defprim("broadcast_to", np.broadcast_to, lambda g, ans, x, shape: g)
 _astype = defprim(
     "astype",
     lambda x, dtype: x.astype(dtype),
@@ -65,28 +63,29 @@ def _concat_prim(n: int) -> Any:
     return p
 
 
-def _pad_fwd(x: Any, pad_width: Any, mode: str, value: float) -> Any:
+def _pad_fwd(x: Any, pad_width: Any, mode: Any, value: float) -> Any:
     if mode == "constant":
         return np.pad(x, pad_width, mode="constant", constant_values=value)
     return np.pad(x, pad_width, mode=mode)
 
 
-def _pad_vjp(g: Tensor, ans: Any, x: Any, pad_width: Any, mode: str, value: float) -> Tensor:
+def _pad_vjp(g: Tensor, ans: Any, x: Any, *, pad_width: Any, mode: str, value: float) -> Tensor:
     if mode == "constant":
         idx = tuple(slice(b, g.shape[i] - a) for i, (b, a) in enumerate(pad_width))
         return g[idx]
     return apply(_pad_reflect_grad, g, pad_width=pad_width, mode=mode)
 
 
-def _reflect_grad_fwd(g: Any, pad_width: Any, mode: str) -> Any:
+def _reflect_grad_fwd(g: Any, pad_width: Any, mode: Any) -> Any:
     # the adjoint of reflect padding: scatter each padded position back to its source
-    shape = tuple(n - b - a for n, (b, a) in zip(g.shape, pad_width))
+    shape = tuple(n - b - a for n, (b, a) in zip(g.shape, pad_width, strict=True))
     out = g
     for ax, (b, a) in enumerate(pad_width):
         n = shape[ax]
         idx = np.pad(np.arange(n), (b, a), mode=mode)
         res = np.zeros(out.shape[:ax] + (n,) + out.shape[ax + 1 :], dtype=g.dtype)
-        np.add.at(res, (slice(None),) * ax + (idx,), out)
+        where: Any = (slice(None),) * ax + (idx,)
+        np.add.at(res, where, out)
         out = res
     return out
 
@@ -98,16 +97,16 @@ def _reflect_grad_vjp(gg: Tensor, ans: Any, g: Any, pad_width: Any, mode: str) -
 _pad = defprim("pad", _pad_fwd, _pad_vjp)
 _pad_reflect_grad = defprim("pad_grad", _reflect_grad_fwd, _reflect_grad_vjp)
 
-_flip = defprim("flip", lambda x, axis: np.flip(x, axis), lambda g, ans, x, axis: flip(g, axis))
+_flip = defprim("flip", np.flip, lambda g, ans, x, axis: flip(g, axis))
 _roll = defprim(
     "roll",
-    lambda x, shift, axis: np.roll(x, shift, axis),
+    np.roll,
     lambda g, ans, x, shift, axis: roll(
         g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axis
     ),
 )
-_tril = defprim("tril", lambda x, k: np.tril(x, k), lambda g, ans, x, k: tril(g, k))
-_triu = defprim("triu", lambda x, k: np.triu(x, k), lambda g, ans, x, k: triu(g, k))
+_tril = defprim("tril", np.tril, lambda g, ans, x, k: tril(g, k))
+_triu = defprim("triu", np.triu, lambda g, ans, x, k: triu(g, k))
 
 
 # --- public functions ------------------------------------------------------------------------
@@ -139,6 +138,12 @@ def reshape(x: Any, *shape: Any) -> Tensor:
 
 
 def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+    """Merge the axes ``start_axis..end_axis`` (inclusive) into one; a 0-d tensor becomes 1-D.
+
+    >>> import tapegrad as tg
+    >>> tg.flatten(tg.zeros((2, 3, 4)), 1).shape
+    (2, 12)
+    """
     x = as_tensor(x)
     if x.ndim == 0:
         return reshape(x, (1,))
@@ -150,6 +155,7 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
 
 
 def squeeze(x: Any, axis: Any = None) -> Tensor:
+    """Remove size-1 axes (all of them, or those in ``axis``, which must have size 1)."""
     x = as_tensor(x)
     axes = (
         tuple(i for i, n in enumerate(x.shape) if n == 1)
@@ -163,6 +169,12 @@ def squeeze(x: Any, axis: Any = None) -> Tensor:
 
 
 def expand_dims(x: Any, axis: Any) -> Tensor:
+    """Insert size-1 axes at ``axis`` (an int or a tuple, positions in the result).
+
+    >>> import tapegrad as tg
+    >>> tg.expand_dims(tg.zeros((2, 3)), (0, 2)).shape
+    (1, 2, 1, 3)
+    """
     x = as_tensor(x)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     nd = x.ndim + len(axes)
@@ -197,6 +209,7 @@ def transpose(x: Any, axes: Any = None) -> Tensor:
 
 
 def swapaxes(x: Any, axis1: int, axis2: int) -> Tensor:
+    """Exchange two axes."""
     x = as_tensor(x)
     (a,) = normalize_axis(axis1, x.ndim, "swapaxes")
     (b,) = normalize_axis(axis2, x.ndim, "swapaxes")
@@ -206,6 +219,7 @@ def swapaxes(x: Any, axis1: int, axis2: int) -> Tensor:
 
 
 def moveaxis(x: Any, source: int, destination: int) -> Tensor:
+    """Move axis ``source`` to position ``destination``, keeping the others in order."""
     x = as_tensor(x)
     (s,) = normalize_axis(source, x.ndim, "moveaxis")
     (d,) = normalize_axis(destination, x.ndim, "moveaxis")
@@ -215,6 +229,8 @@ def moveaxis(x: Any, source: int, destination: int) -> Tensor:
 
 
 def broadcast_to(x: Any, shape: Any) -> Tensor:
+    """``x`` repeated along size-1 and new leading axes to ``shape`` (a view; the gradient
+    sums back)."""
     x = as_tensor(x)
     shape = _as_shape(shape)
     if x.shape == shape:
@@ -249,7 +265,7 @@ def concat(xs: Any, axis: int = 0) -> Tensor:
     (ax,) = normalize_axis(axis, builtins.max(nd, 1), "concat")
     for x in xs:
         if x.ndim != nd or any(
-            a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax
+            a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape, strict=True)) if i != ax
         ):
             raise ValueError(
                 f"concat: shapes {[t.shape for t in xs]} differ outside axis {ax}; all must match "
@@ -292,7 +308,7 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     else:
         bounds = [0, *[int(i) for i in indices_or_sections], n]
     pre = (slice(None),) * ax
-    return [x[pre + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+    return [x[pre + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
@@ -317,26 +333,28 @@ def pad(x: Any, pad_width: Any, mode: str = "constant", value: float = 0.0) -> T
     [3, 2, 1, 2, 3, 2]
     """
     x = as_tensor(x)
-    pw = np.asarray(pad_width)
-    if pw.dtype.kind not in "iu" or pw.shape not in ((), (1,), (2,), (1, 2), (x.ndim, 2)):
+    arr = np.asarray(pad_width)
+    if arr.dtype.kind not in "iu" or arr.shape not in ((), (1,), (2,), (1, 2), (x.ndim, 2)):
         raise ValueError(
             f"pad: pad_width must be an int, a (before, after) pair or one pair per axis "
             f"({x.ndim} pairs for shape {x.shape}), got {pad_width!r}"
         )
-    pairs = pw if pw.ndim == 2 and pw.shape[0] == x.ndim else pw.reshape(1, -1)
+    pairs = arr if arr.ndim == 2 and len(arr) == x.ndim else arr.reshape(1, -1)
     pw = tuple((int(a), int(b)) for a, b in np.broadcast_to(pairs, (x.ndim, 2)))
     if builtins.any(a < 0 or b < 0 for a, b in pw):
         raise ValueError(f"pad: pad widths must be >= 0, got {pw}")
     if mode not in _PAD_MODES:
         raise ValueError(f"pad: mode {mode!r} is not one of {', '.join(map(repr, _PAD_MODES))}")
     if mode == "reflect":
-        for (a, b), n in zip(pw, x.shape):
+        for (a, b), n in zip(pw, x.shape, strict=True):
             if a >= n or b >= n:
                 raise ValueError(
                     f"pad: reflect padding {pw} must be smaller than each padded size of "
                     f"{x.shape} (the edge is not repeated); use mode='symmetric' or pad less"
                 )
-    elif mode != "constant" and builtins.any(n == 0 and (a or b) for (a, b), n in zip(pw, x.shape)):
+    elif mode != "constant" and builtins.any(
+        n == 0 and (a or b) for (a, b), n in zip(pw, x.shape, strict=True)
+    ):
         raise ValueError(f"pad: mode {mode!r} cannot pad an empty axis of {x.shape}")
     return apply(_pad, x, pad_width=pw, mode=mode, value=value)
 
@@ -349,10 +367,10 @@ def tile(x: Any, reps: Any) -> Tensor:
     reps = (1,) * (nd - len(reps)) + reps
     x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
     inter = []
-    for r, n in zip(reps, x.shape):
+    for r, n in zip(reps, x.shape, strict=True):
         inter += [r, n]
     y = broadcast_to(reshape(x, tuple(v for n in x.shape for v in (1, n))), tuple(inter))
-    return reshape(y, tuple(r * n for r, n in zip(reps, x.shape)))
+    return reshape(y, tuple(r * n for r, n in zip(reps, x.shape, strict=True)))
 
 
 def repeat(x: Any, repeats: int, axis: int | None = None) -> Tensor:
@@ -370,6 +388,13 @@ def repeat(x: Any, repeats: int, axis: int | None = None) -> Tensor:
 
 
 def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
+    """Shift elements cyclically by ``shift`` along ``axis`` (of the flattened tensor when
+    None); ``shift`` and ``axis`` may be tuples of equal length.
+
+    >>> import tapegrad as tg
+    >>> tg.roll(tg.arange(4), 1).tolist()
+    [3, 0, 1, 2]
+    """
     x = as_tensor(x)
     if axis is None:
         return reshape(roll(reshape(x, (-1,)), shift, 0), x.shape)
@@ -385,12 +410,14 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
 
 
 def flip(x: Any, axis: Any = None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (an int, a tuple, or None for all)."""
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "flip")
     return apply(_flip, x, axis=axes)
 
 
 def tril(x: Any, k: int = 0) -> Tensor:
+    """The lower triangle of the last two axes (on and below diagonal ``k``), zeros above."""
     x = as_tensor(x)
     if x.ndim < 2:
         raise ValueError(f"tril: needs at least 2 dimensions, got shape {x.shape}")
@@ -398,6 +425,7 @@ def tril(x: Any, k: int = 0) -> Tensor:
 
 
 def triu(x: Any, k: int = 0) -> Tensor:
+    """The upper triangle of the last two axes (on and above diagonal ``k``), zeros below."""
     x = as_tensor(x)
     if x.ndim < 2:
         raise ValueError(f"triu: needs at least 2 dimensions, got shape {x.shape}")
@@ -431,6 +459,12 @@ def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> An
     return z
 
 
+# scatter-add into zeros of ``shape``: getitem's adjoint, also scatter_add / index_add
+_index_grad = defprim(
+    "index_grad",
+    _scatter_fwd,
+    lambda gg, ans, g, idx, shape, advanced: getitem(gg, idx),
+)
 # the VJP needs only the input's shape, so indexing a large tensor keeps nothing alive
 _getitem = defprim(
     "getitem",
@@ -438,12 +472,6 @@ _getitem = defprim(
     lambda g, ans, x, idx, advanced, shape: apply(
         _index_grad, g, idx=idx, shape=shape, advanced=advanced
     ),
-)
-# scatter-add into zeros of ``shape``: getitem's adjoint, also scatter_add / index_add
-_index_grad = defprim(
-    "index_grad",
-    _scatter_fwd,
-    lambda gg, ans, g, idx, shape, advanced: getitem(gg, idx),
 )
 
 
@@ -468,14 +496,8 @@ def getitem(x: Tensor, idx: Any) -> Tensor:
 
 def _show(idx: Any) -> str:
     items = idx if isinstance(idx, tuple) else (idx,)
-    return (
-        "["
-        + ", ".join(
-            f"array{tuple(i.shape)}" if hasattr(i, "shape") and getattr(i, "ndim", 0) else repr(i)
-            for i in items
-        )
-        + "]"
-    )
+    shown = (f"array{tuple(np.shape(i))}" if np.ndim(i) else repr(i) for i in items)
+    return "[" + ", ".join(shown) + "]"
 
 
 def _int_index(indices: Any, op: str) -> Any:

@@ -64,7 +64,9 @@ class Adam(Optimizer):
         super().check_group(group)
         betas = group["betas"]
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
+            raise ValueError(
+                f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}"
+            )
         group["betas"] = tuple(betas)
         self._check("betas[0]", betas[0], lo=0.0, hi=1.0, hi_open=True)
         self._check("betas[1]", betas[1], lo=0.0, hi=1.0, hi_open=True)
@@ -73,7 +75,11 @@ class Adam(Optimizer):
 
     def init_single(self, p: Any, group: dict[str, Any]) -> dict[str, Any]:
         xp = B.xp_of(p)
-        st: dict[str, Any] = {"step": 0, "exp_avg": xp.zeros_like(p), "exp_avg_sq": xp.zeros_like(p)}
+        st: dict[str, Any] = {
+            "step": 0,
+            "exp_avg": xp.zeros_like(p),
+            "exp_avg_sq": xp.zeros_like(p),
+        }
         if group["amsgrad"]:
             st["max_exp_avg_sq"] = xp.zeros_like(p)
         return st
@@ -104,12 +110,13 @@ class Adam(Optimizer):
                 vmax = state["max_exp_avg_sq"] = B.xp_of(p).zeros_like(p)
             np.maximum(vmax, v, out=vmax)
             v = vmax
-        step_size = lr / (1.0 - beta1**t)
+        # lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with sqrt(bc2) folded into the scalars
+        # (one array op fewer)
+        bc2_sqrt = math.sqrt(1.0 - beta2**t)
         np.sqrt(v, out=s)
-        s /= math.sqrt(1.0 - beta2**t)
-        s += eps
+        s += eps * bc2_sqrt
         np.divide(m, s, out=s)
-        s *= step_size
+        s *= lr / (1.0 - beta1**t) * bc2_sqrt
         p -= s
 
 
@@ -136,6 +143,4 @@ class AdamW(Adam):
         weight_decay: float = 1e-2,
         amsgrad: bool = False,
     ) -> None:
-        super().__init__(
-            params, lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay=True
-        )
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay=True)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from .. import _backend as B
 from .._backend import np
+from .._tape import Gradients
 from .._tensor import Tensor
 
 _NO_GRAD_CAUSES = (
@@ -36,8 +37,9 @@ class Optimizer:
     ``apply_single(p, g, state, group)``, which updates the array ``p`` in place from the
     gradient array ``g`` (never modified).
 
-    ``params`` is an iterable of Parameters (e.g. ``model.parameters()``) or of dicts, each a
-    parameter group ``{"params": [...], "lr": ...}`` whose keys override the defaults.
+    ``params`` is an iterable of Parameters (``model.parameters()``, or a Module itself, or
+    ``model.named_parameters()``) or of dicts, each a parameter group
+    ``{"params": [...], "lr": ...}`` whose keys override the defaults.
     """
 
     defaults: dict[str, Any]
@@ -51,6 +53,7 @@ class Optimizer:
         # flat scratch buffers keyed by (dtype, device, slot), grown to the largest parameter,
         # so the in-place rules need no per-step temporaries
         self._scratch: dict[tuple[Any, ...], Any] = {}
+        self._views: dict[tuple[Any, ...], Any] = {}  # (shape, dtype, slot, type) -> view
         name = type(self).__name__
         if isinstance(params, Tensor):
             raise TypeError(
@@ -62,6 +65,8 @@ class Optimizer:
         groups = list(params)
         if not groups:
             raise ValueError(f"{name}: got an empty parameter list")
+        if isinstance(groups[0], tuple):  # model.named_parameters(), as torch accepts
+            groups = [p for _, p in groups]
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
         for g in groups:
@@ -84,9 +89,13 @@ class Optimizer:
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
             if not isinstance(p, Tensor):
-                raise TypeError(f"{name}: can only optimize Tensors/Parameters, got {type(p).__name__}")
+                raise TypeError(
+                    f"{name}: can only optimize Tensors/Parameters, got {type(p).__name__}"
+                )
             if p.dtype.kind != "f":
-                raise TypeError(f"{name}: a parameter of dtype {p.dtype} cannot be optimized; use a float dtype")
+                raise TypeError(
+                    f"{name}: a parameter of dtype {p.dtype} cannot be optimized; use a float dtype"
+                )
             if id(p) in seen:
                 raise ValueError(
                     f"{name}: parameter {_pname(p)} appears in more than one group (or twice); "
@@ -109,7 +118,9 @@ class Optimizer:
             raise TypeError(f"{name}: {key} must be a number, got {v!r}")
         bad = v < lo or (hi is not None and (v >= hi if hi_open else v > hi)) or math.isnan(v)
         if bad:
-            rng = f"[{lo}, {hi})" if hi_open else (f"[{lo}, {hi}]" if hi is not None else f">= {lo}")
+            rng = (
+                f"[{lo}, {hi})" if hi_open else (f"[{lo}, {hi}]" if hi is not None else f">= {lo}")
+            )
             raise ValueError(f"{name}: invalid {key}={v!r}; it must be in {rng}")
 
     # -- the rule (subclasses) ------------------------------------------------------------------
@@ -123,12 +134,16 @@ class Optimizer:
 
     def tmp(self, like: Any, slot: int = 0) -> Any:
         """A scratch array shaped like ``like`` (its contents are garbage), reused across calls."""
-        key = (like.dtype, type(like), slot)
-        buf = self._scratch.get(key)
-        if buf is None or buf.size < like.size:
-            buf = B.xp_of(like).empty(like.size, dtype=like.dtype)
-            self._scratch[key] = buf
-        return buf[: like.size].reshape(like.shape)
+        key = (like.shape, like.dtype, slot, type(like))
+        view = self._views.get(key)
+        if view is None:
+            flat_key = key[1:]
+            buf = self._scratch.get(flat_key)
+            if buf is None or buf.size < like.size:
+                buf = self._scratch[flat_key] = B.xp_of(like).empty(like.size, dtype=like.dtype)
+                self._views.clear()  # views of the old buffer would keep it alive
+            view = self._views[key] = buf[: like.size].reshape(like.shape)
+        return view
 
     # -- step -----------------------------------------------------------------------------------
     def step(self, grads: Any, allow_missing: bool = False) -> None:
@@ -154,7 +169,7 @@ class Optimizer:
                     if not allow_missing:
                         missing.append(p)
                     continue
-                ga = g._data if isinstance(g, Tensor) else g
+                ga = g._data if isinstance(g, Tensor) else (g if B.is_array(g) else np.asarray(g))
                 if ga.shape != p._data.shape:
                     raise ValueError(
                         f"{type(self).__name__}.step: the gradient for {_pname(p)} has shape "
@@ -171,12 +186,9 @@ class Optimizer:
             p._version += 1
 
     def _raise_missing(self, missing: list[Tensor], grads: Any) -> None:
-        reasons = getattr(grads, "missing", {}) or {}
         lines = []
         for p in missing:
-            why = reasons.get(p) if isinstance(reasons, dict) else None
-            shape = f" (shape {p.shape})" if getattr(p, "name", None) else ""
-            lines.append(f"  - {_pname(p)}{shape}: {why or _NO_GRAD_CAUSES}")
+            lines.append(f"  - {_pname(p)}{_shape(p)}: {_why_missing(grads, p)}")
         raise RuntimeError(
             f"{type(self).__name__}.step: {len(missing)} trainable parameter(s) have no gradient:\n"
             + "\n".join(lines)
@@ -220,7 +232,9 @@ class Optimizer:
         name = type(self).__name__
         groups = state_dict.get("param_groups")
         if not isinstance(groups, list) or "state" not in state_dict:
-            raise ValueError(f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'")
+            raise ValueError(
+                f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'"
+            )
         if len(groups) != len(self.param_groups):
             raise ValueError(
                 f"{name}.load_state_dict: the state dict has {len(groups)} parameter groups, "
@@ -236,7 +250,8 @@ class Optimizer:
                 )
             for i, p in zip(saved["params"], own["params"], strict=True):
                 by_index[int(i)] = p
-            g = {k: v for k, v in saved.items() if k != "params"}
+            # keys the saved group lacks (an older or PyTorch state dict) keep their values here
+            g = {**own, **saved}
             for k, v in g.items():  # tuples (betas) come back from JSON as lists
                 if isinstance(self.defaults.get(k), tuple) and isinstance(v, list):
                     g[k] = tuple(v)
@@ -247,7 +262,9 @@ class Optimizer:
         for k, st in state_dict["state"].items():
             p = by_index.get(int(k))
             if p is None:
-                raise ValueError(f"{name}.load_state_dict: state for parameter index {k} matches no parameter")
+                raise ValueError(
+                    f"{name}.load_state_dict: state for parameter index {k} matches no parameter"
+                )
             new_state[p] = self._load_single(p, st)
         self.param_groups = new_groups
         self.state = new_state
@@ -256,6 +273,8 @@ class Optimizer:
         out: dict[str, Any] = {}
         for k, val in st.items():
             v = val._data if isinstance(val, Tensor) else val
+            if v is None:  # PyTorch's SGD keeps momentum_buffer=None without momentum
+                continue
             if k in self.array_state:
                 a = B.to_device(B.to_device(v, "cpu") if B.is_array(v) else np.asarray(v), p.device)
                 if tuple(a.shape) != p.shape:
@@ -280,7 +299,20 @@ class Optimizer:
         return "\n".join(lines) + "\n)"
 
 
+def _why_missing(grads: Any, p: Tensor) -> str:
+    """The reason the tape recorded for ``p``'s missing gradient, else the likely causes."""
+    if isinstance(grads, Gradients):
+        why = grads.why_missing(p)
+        # a Gradients that knows nothing of a tape says only what an empty one says
+        if why and why != Gradients().why_missing(p):
+            return why
+    return _NO_GRAD_CAUSES
+
+
+def _shape(p: Tensor) -> str:
+    return f" (shape {p.shape})" if getattr(p, "name", None) else ""
+
+
 def _pname(p: Tensor) -> str:
     n = getattr(p, "name", None)
     return f"'{n}'" if n else f"an unnamed parameter (shape {p.shape})"
-

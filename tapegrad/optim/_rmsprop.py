@@ -47,7 +47,12 @@ class RMSprop(Optimizer):
         centered: bool = False,
     ) -> None:
         defaults = dict(
-            lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered
+            lr=lr,
+            alpha=alpha,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            centered=centered,
         )
         super().__init__(params, defaults)
 

@@ -109,7 +109,9 @@ class LRScheduler:
 class StepLR(LRScheduler):
     """``lr = base_lr * gamma ** (step // step_size)`` (see :func:`schedules.step_lr`)."""
 
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
         S.step_lr(0, 1.0, step_size, gamma)  # validate now, not at the first step
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
@@ -122,7 +124,11 @@ class MultiStepLR(LRScheduler):
     """``lr = base_lr * gamma ** (milestones passed)`` (see :func:`schedules.multistep_lr`)."""
 
     def __init__(
-        self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1
+        self,
+        optimizer: Optimizer,
+        milestones: Sequence[int],
+        gamma: float = 0.1,
+        last_epoch: int = -1,
     ) -> None:
         self.milestones, self.gamma = sorted(int(m) for m in milestones), gamma
         super().__init__(optimizer, last_epoch)
@@ -146,7 +152,9 @@ class CosineAnnealingLR(LRScheduler):
     """Cosine from ``base_lr`` to ``eta_min`` over ``T_max`` steps
     (see :func:`schedules.cosine_annealing_lr`)."""
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1
+    ) -> None:
         S.cosine_annealing_lr(0, 1.0, T_max, eta_min)
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer, last_epoch)
@@ -261,7 +269,11 @@ class OneCycleLR(LRScheduler):
         self.max_lrs = _per_group("max_lr", max_lr, n)
         self.base_momentums = _per_group("base_momentum", base_momentum, n)
         self.max_momentums = _per_group("max_momentum", max_momentum, n)
-        self.pct_start, self.anneal_strategy, self.three_phase = pct_start, anneal_strategy, three_phase
+        self.pct_start, self.anneal_strategy, self.three_phase = (
+            pct_start,
+            anneal_strategy,
+            three_phase,
+        )
         self.div_factor, self.final_div_factor = div_factor, final_div_factor
         self.cycle_momentum = cycle_momentum
         self.use_beta1 = "betas" in optimizer.defaults

@@ -136,7 +136,9 @@ def _one_cycle(
     if not 0.0 <= pct_start <= 1.0:
         raise ValueError(f"{name}: pct_start must be in [0, 1], got {pct_start}")
     if anneal_strategy not in ("cos", "linear"):
-        raise ValueError(f"{name}: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        raise ValueError(
+            f"{name}: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}"
+        )
     if step > total_steps:
         raise ValueError(
             f"{name}: tried to step {step} times; the schedule has total_steps={total_steps}"
@@ -174,9 +176,11 @@ def one_cycle_lr(
     1.0
     """
     initial = max_lr / div_factor
-    values = [initial, max_lr, initial, initial / final_div_factor] if three_phase else [
-        initial, max_lr, initial / final_div_factor
-    ]
+    values = (
+        [initial, max_lr, initial, initial / final_div_factor]
+        if three_phase
+        else [initial, max_lr, initial / final_div_factor]
+    )
     return _one_cycle(
         "one_cycle_lr", step, total_steps, values,
         pct_start=pct_start, anneal_strategy=anneal_strategy, three_phase=three_phase,
@@ -199,9 +203,11 @@ def one_cycle_momentum(
     >>> round(one_cycle_momentum(29, 100), 6)
     0.85
     """
-    values = [max_momentum, base_momentum, max_momentum, max_momentum] if three_phase else [
-        max_momentum, base_momentum, max_momentum
-    ]
+    values = (
+        [max_momentum, base_momentum, max_momentum, max_momentum]
+        if three_phase
+        else [max_momentum, base_momentum, max_momentum]
+    )
     return _one_cycle(
         "one_cycle_momentum", step, total_steps, values,
         pct_start=pct_start, anneal_strategy=anneal_strategy, three_phase=three_phase,

@@ -60,13 +60,15 @@ class PReLU(Module):
 
     ``weight`` (the slopes ``a``) has shape ``(num_parameters,)``, initialised to ``init``;
     with ``num_parameters > 1`` there is one slope per channel (dimension 1 of the input).
+    (PyTorch's attribute ``num_parameters`` hides ``Module.num_parameters()`` on this layer;
+    count its parameters with ``sum(p.size for p in prelu.parameters())``.)
 
     >>> import tapegrad as tg
     >>> tg.nn.PReLU()(tg.tensor([-2.0, 3.0])).tolist()
     [-0.5, 3.0]
     """
 
-    num_parameters: int
+    num_parameters: int  # type: ignore[assignment]
     init: float
     weight: Parameter
 

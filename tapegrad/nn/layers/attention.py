@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ... import _backend as B
 from ..._backend import np
 from ..._creation import zeros
 from ..._tensor import Parameter, Tensor, _wrap
@@ -16,14 +17,15 @@ from ._utils import new_param
 from .linear import Linear
 
 
-def _as_mask(mask: Any, name: str, dtype: Any) -> Tensor | None:
+def _as_mask(mask: Any, name: str, dtype: Any, device: str) -> Tensor | None:
     """PyTorch's canonical mask: a bool mask (True = may not attend) becomes an additive float
     mask of 0 and -inf; a float mask is added to the scores as it is."""
     if mask is None:
         return None
-    m = mask if isinstance(mask, Tensor) else _wrap(np.asarray(mask))
+    m = mask if isinstance(mask, Tensor) else _wrap(B.to_device(np.asarray(mask), device))
     if m.dtype.kind == "b":
-        return _wrap(np.where(m._data, -np.inf, 0.0).astype(dtype))
+        xp = B.xp_of(m._data)
+        return _wrap(xp.where(m._data, -np.inf, 0.0).astype(dtype))
     if m.dtype.kind != "f":
         raise TypeError(
             f"MultiheadAttention: {name} must be bool (True = masked out) or float (added to the "
@@ -139,21 +141,25 @@ class MultiheadAttention(Module):
                 init.xavier_normal_(b)
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        E = self.embed_dim
+        """Q, K, V split into heads: (N, H, L, D), (N, H, S, D), (N, H, S, D)."""
+        E, H, D = self.embed_dim, self.num_heads, self.head_dim
+        N, L = query.shape[:2]
         b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
         if self.in_proj_weight is not None:
             w = self.in_proj_weight
             if query is key and key is value:
-                # self-attention: one packed matmul for Q, K and V
-                qkv = F.linear(query, w, b)  # (N, L, 3E)
-                return qkv[..., :E], qkv[..., E : 2 * E], qkv[..., 2 * E :]
+                # self-attention: one matmul for Q, K and V and one permute for the heads
+                qkv = F.linear(query, w, b).reshape(N, L, 3, H, D)
+                qkv = qkv.permute_dims((2, 0, 3, 1, 4))  # (3, N, H, L, D)
+                return qkv[0], qkv[1], qkv[2]
             wq, wk, wv = w[:E], w[E : 2 * E], w[2 * E :]
         else:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
         out = []
         for x, wi, bi in ((query, wq, bq), (key, wk, bk), (value, wv, bv)):
-            out.append(F.linear(x, wi, bi))
+            y = F.linear(x, wi, bi).reshape(N, x.shape[1], H, D)
+            out.append(y.permute_dims((0, 2, 1, 3)))  # (N, H, len, D)
         return out[0], out[1], out[2]
 
     def forward(  # noqa: PLR0917 - PyTorch's positional signature
@@ -181,7 +187,8 @@ class MultiheadAttention(Module):
             key = query if same_qk else to_nle(key)
             value = key if same_kv else to_nle(value)
             if not batched and key_padding_mask is not None:
-                key_padding_mask = _mask_data(key_padding_mask)[None]
+                m = key_padding_mask
+                key_padding_mask = m[None] if isinstance(m, Tensor) else np.asarray(m)[None]
         N, L, E = query.shape
         S = key.shape[1]
         H, D = self.num_heads, self.head_dim
@@ -195,11 +202,12 @@ class MultiheadAttention(Module):
                 f"MultiheadAttention: key {key.shape} and value {value.shape} must share batch "
                 f"and sequence dimensions, and the batch size of query {query.shape}"
             )
-        dtype = query.dtype
-        mask = _as_mask(attn_mask, "attn_mask", dtype)
-        kpm = _as_mask(key_padding_mask, "key_padding_mask", dtype)
-        if mask is None and is_causal:
-            mask = _wrap(np.triu(np.full((L, S), -np.inf, dtype=dtype), 1))
+        dtype, device = query.dtype, query.device
+        mask = _as_mask(attn_mask, "attn_mask", dtype, device)
+        kpm = _as_mask(key_padding_mask, "key_padding_mask", dtype, device)
+        if mask is None and is_causal:  # PyTorch needs the mask too; here the hint builds it
+            causal = np.triu(np.full((L, S), -np.inf, dtype=dtype), 1)
+            mask = _wrap(B.to_device(causal, device))
         if mask is not None:
             if mask.shape == (L, S):
                 mask = mask.reshape(1, 1, L, S)
@@ -218,14 +226,14 @@ class MultiheadAttention(Module):
                 )
             kpm = kpm.reshape(N, 1, 1, S)
 
-        q, k, v = self._project(query, key, value)  # (N, L, E), (N, S, E), (N, S, E)
+        q, k, v = self._project(query, key, value)  # (N, H, L, D), (N, H, S, D), (N, H, S, D)
         if self.bias_k is not None and self.bias_v is not None:
-            k = concat([k, self.bias_k.broadcast_to((N, 1, E))], axis=1)
-            v = concat([v, self.bias_v.broadcast_to((N, 1, E))], axis=1)
+            # one more key and value, the same for every batch element
+            bk = self.bias_k.reshape(1, 1, H, D).permute_dims((0, 2, 1, 3))  # (1, H, 1, D)
+            bv = self.bias_v.reshape(1, 1, H, D).permute_dims((0, 2, 1, 3))
+            k = concat([k, bk.broadcast_to((N, H, 1, D))], axis=2)
+            v = concat([v, bv.broadcast_to((N, H, 1, D))], axis=2)
             mask, kpm = _pad_last(mask), _pad_last(kpm)
-        q = q.reshape(N, L, H, D).permute_dims((0, 2, 1, 3))  # (N, H, L, D)
-        k = k.reshape(N, -1, H, D).permute_dims((0, 2, 1, 3))  # (N, H, S, D)
-        v = v.reshape(N, -1, H, D).permute_dims((0, 2, 1, 3))
         if self.add_zero_attn:
             z = zeros(N, H, 1, D, dtype=dtype, device=q.device)
             k = concat([k, z], axis=2)
@@ -233,14 +241,17 @@ class MultiheadAttention(Module):
             mask, kpm = _pad_last(mask), _pad_last(kpm)
 
         scores = (q * (1.0 / math.sqrt(D))) @ k.swapaxes(-1, -2)  # (N, H, L, S)
+        if mask is not None and kpm is not None:
+            mask = mask + kpm  # usually constants: one add on the tape, not two
+        elif mask is None:
+            mask = kpm
         if mask is not None:
             scores = scores + mask
-        if kpm is not None:
-            scores = scores + kpm
         weights = softmax(scores, axis=-1)
         p = self.dropout if self.training else 0.0
-        attn = F.dropout(weights, p, training=True) if p > 0 else weights
-        out = (attn @ v).permute_dims((0, 2, 1, 3)).reshape(N, L, E)  # (N, L, E)
+        if p > 0:
+            weights = F.dropout(weights, p, training=True)  # returned dropped, as PyTorch
+        out = (weights @ v).permute_dims((0, 2, 1, 3)).reshape(N, L, E)  # (N, L, E)
         out = self.out_proj(out)
         if not batched:
             out = out[0]
@@ -252,13 +263,9 @@ class MultiheadAttention(Module):
         return out, (w if batched else w[0])
 
 
-def _mask_data(mask: Any) -> Any:
-    return mask._data if isinstance(mask, Tensor) else mask
-
-
 def _pad_last(mask: Tensor | None) -> Tensor | None:
     """One more key position (bias_k or the zero key), which every query may attend."""
     if mask is None:
         return None
-    zero = _wrap(np.zeros(mask.shape[:-1] + (1,), dtype=mask.dtype))
+    zero = _wrap(B.xp_of(mask._data).zeros(mask.shape[:-1] + (1,), dtype=mask.dtype))
     return concat([mask, zero], axis=-1)

@@ -209,7 +209,9 @@ class ModuleDict(Module):
         try:
             return self._items[key]
         except KeyError:
-            raise KeyError(f"ModuleDict has no key {key!r}; its keys are {list(self._items)}") from None
+            raise KeyError(
+                f"ModuleDict has no key {key!r}; its keys are {list(self._items)}"
+            ) from None
 
     def __setitem__(self, key: str, module: Module) -> None:
         if not isinstance(key, str):

@@ -39,15 +39,16 @@ class _ConvNd(Module):
         in_channels: int,
         out_channels: int,
         kernel_size: int | Sequence[int],
-        stride: int | Sequence[int],
-        padding: int | Sequence[int] | str,
-        dilation: int | Sequence[int],
-        groups: int,
-        bias: bool,
-        padding_mode: str,
-        output_padding: int | Sequence[int],
-        device: Any,
-        dtype: Any,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        output_padding: int | Sequence[int] = 0,
     ) -> None:
         super().__init__()
         name, nd = type(self).__name__, self._nd
@@ -67,7 +68,9 @@ class _ConvNd(Module):
         self.stride = ntuple(stride, nd, "stride", name)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
-                raise ValueError(f"{name}: padding must be 'same', 'valid' or ints, got {padding!r}")
+                raise ValueError(
+                    f"{name}: padding must be 'same', 'valid' or ints, got {padding!r}"
+                )
             if padding == "same" and any(s != 1 for s in self.stride):
                 raise ValueError(f"{name}: padding='same' needs stride 1, got {self.stride}")
             self.padding = padding
@@ -108,7 +111,7 @@ class _ConvNd(Module):
         elif self.padding == "valid":
             return input, 0
         else:
-            widths = [(p, p) for p in self.padding]  # type: ignore[union-attr]
+            widths = [(int(p), int(p)) for p in self.padding]
         lead = [(0, 0)] * (input.ndim - self._nd)
         return pad(input, lead + widths, mode=_PAD_MODES[self.padding_mode]), 0
 
@@ -158,25 +161,6 @@ class Conv1d(_ConvNd):
 
     _nd = 1
 
-    def __init__(  # noqa: PLR0917 - PyTorch's positional signature
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(
-            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode, 0, device, dtype,
-        )  # fmt: skip
-
     def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
         x, padding = self._pad_input(input)
@@ -197,25 +181,6 @@ class Conv2d(_ConvNd):
     """
 
     _nd = 2
-
-    def __init__(  # noqa: PLR0917 - PyTorch's positional signature
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(
-            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode, 0, device, dtype,
-        )  # fmt: skip
 
     def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
@@ -249,7 +214,7 @@ class _ConvTransposeNd(_ConvNd):
             raise ValueError(f"{type(self).__name__}: padding must be ints, got {padding!r}")
         super().__init__(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode, output_padding, device, dtype,
+            padding_mode, device, dtype, output_padding=output_padding,
         )  # fmt: skip
 
     def _output_padding(self, input: Tensor, output_size: Sequence[int] | None) -> tuple[int, ...]:
@@ -268,7 +233,7 @@ class _ConvTransposeNd(_ConvNd):
             n_in = input.shape[input.ndim - nd + i]
             smallest = (
                 (n_in - 1) * self.stride[i]
-                - 2 * self.padding[i]  # type: ignore[index]
+                - 2 * int(self.padding[i])
                 + self.dilation[i] * (self.kernel_size[i] - 1)
                 + 1
             )

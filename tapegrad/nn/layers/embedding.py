@@ -57,7 +57,9 @@ class Embedding(Module):
                 )
             padding_idx %= num_embeddings
         if sparse:
-            raise NotImplementedError("Embedding: sparse gradients are not supported; use sparse=False")
+            raise NotImplementedError(
+                "Embedding: sparse gradients are not supported; use sparse=False"
+            )
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx

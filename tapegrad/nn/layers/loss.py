@@ -217,9 +217,7 @@ class SmoothL1Loss(_Loss):
         return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
-class CosineEmbeddingLoss(_Loss):
-    """``1 - cos(x1, x2)`` for ``y = 1``, ``max(0, cos(x1, x2) - margin)`` for ``y = -1``."""
-
+class _MarginLoss(_Loss):
     margin: float
 
     def __init__(
@@ -231,6 +229,10 @@ class CosineEmbeddingLoss(_Loss):
     ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
+
+
+class CosineEmbeddingLoss(_MarginLoss):
+    """``1 - cos(x1, x2)`` for ``y = 1``, ``max(0, cos(x1, x2) - margin)`` for ``y = -1``."""
 
     def forward(self, input1: Tensor, input2: Tensor, target: Any) -> Tensor:
         return F.cosine_embedding_loss(
@@ -238,20 +240,8 @@ class CosineEmbeddingLoss(_Loss):
         )
 
 
-class MarginRankingLoss(_Loss):
+class MarginRankingLoss(_MarginLoss):
     """``max(0, -y (x1 - x2) + margin)``."""
-
-    margin: float
-
-    def __init__(
-        self,
-        margin: float = 0.0,
-        size_average: Any = None,
-        reduce: Any = None,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__(size_average, reduce, reduction)
-        self.margin = margin
 
     def forward(self, input1: Tensor, input2: Tensor, target: Any) -> Tensor:
         return F.margin_ranking_loss(

@@ -31,10 +31,69 @@ def _activation(activation: str | Callable[[Tensor], Tensor]) -> Callable[[Tenso
         return F.gelu
     if callable(activation):
         return activation
-    raise ValueError(f"Transformer: activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+    raise ValueError(
+        f"Transformer: activation must be 'relu', 'gelu' or a callable, got {activation!r}"
+    )
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """What the encoder and decoder layers share: their construction in PyTorch's attribute
+    order (so state_dict keys and order match) and the attention and feed-forward blocks."""
+
+    def _build(  # noqa: PLR0917 - the layers' arguments, passed on in order
+        self,
+        attentions: tuple[str, ...],
+        norms: int,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int,
+        dropout: float,
+        activation: str | Callable[[Tensor], Tensor],
+        layer_norm_eps: float,
+        batch_first: bool,
+        norm_first: bool,
+        bias: bool,
+        device: Any,
+        dtype: Any,
+    ) -> None:
+        kw = {"dtype": dtype, "device": device}
+        for name in attentions:
+            attn = MultiheadAttention(
+                d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+            )
+            setattr(self, name, attn)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = norm_first
+        for i in range(1, norms + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for i in range(1, norms + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+        self.activation = _activation(activation)
+
+    def _attn_block(
+        self,
+        attn: MultiheadAttention,
+        x: Tensor,
+        mem: Tensor,
+        drop: Dropout,
+        *,
+        mask: Any,
+        key_padding_mask: Any,
+        is_causal: bool,
+    ) -> Tensor:
+        out = attn(
+            x, mem, mem, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
+            is_causal=is_causal,
+        )[0]  # fmt: skip
+        return drop(out)
+
+    def _ff_block(self, x: Tensor, drop: Dropout) -> Tensor:
+        return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
     r"""Self-attention then a feed-forward block, each with a residual connection and LayerNorm.
 
     Post-norm (default): ``x = norm1(x + sa(x)); x = norm2(x + ff(x))``. Pre-norm
@@ -73,19 +132,10 @@ class TransformerEncoderLayer(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        kw = {"dtype": dtype, "device": device}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = _activation(activation)
+        self._build(
+            ("self_attn",), 2, d_model, nhead, dim_feedforward, dropout, activation,
+            layer_norm_eps, batch_first, norm_first, bias, device, dtype,
+        )  # fmt: skip
 
     def forward(
         self,
@@ -94,28 +144,23 @@ class TransformerEncoderLayer(Module):
         src_key_padding_mask: Any = None,
         is_causal: bool = False,
     ) -> Tensor:
+        def sa(y: Tensor) -> Tensor:
+            return self._attn_block(
+                self.self_attn, y, y, self.dropout1, mask=src_mask,
+                key_padding_mask=src_key_padding_mask, is_causal=is_causal,
+            )  # fmt: skip
+
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            x = x + self._ff_block(self.norm2(x))
+            x = x + sa(self.norm1(x))
+            x = x + self._ff_block(self.norm2(x), self.dropout2)
         else:
-            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
-            x = self.norm2(x + self._ff_block(x))
+            x = self.norm1(x + sa(x))
+            x = self.norm2(x + self._ff_block(x, self.dropout2))
         return x
 
-    def _sa_block(self, x: Tensor, mask: Any, key_padding_mask: Any, is_causal: bool) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
-            is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
 
-    def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout2(x)
-
-
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     r"""Self-attention, attention over the encoder's output (``memory``), then a feed-forward
     block; each with a residual connection and LayerNorm (post-norm unless ``norm_first``).
 
@@ -155,24 +200,10 @@ class TransformerDecoderLayer(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        kw = {"dtype": dtype, "device": device}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
-        )
-        self.multihead_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
+        self._build(
+            ("self_attn", "multihead_attn"), 3, d_model, nhead, dim_feedforward, dropout,
+            activation, layer_norm_eps, batch_first, norm_first, bias, device, dtype,
+        )  # fmt: skip
 
     def forward(  # noqa: PLR0917 - PyTorch's positional signature
         self,
@@ -185,40 +216,28 @@ class TransformerDecoderLayer(Module):
         tgt_is_causal: bool = False,
         memory_is_causal: bool = False,
     ) -> Tensor:
+        def sa(y: Tensor) -> Tensor:
+            return self._attn_block(
+                self.self_attn, y, y, self.dropout1, mask=tgt_mask,
+                key_padding_mask=tgt_key_padding_mask, is_causal=tgt_is_causal,
+            )  # fmt: skip
+
+        def mha(y: Tensor) -> Tensor:
+            return self._attn_block(
+                self.multihead_attn, y, memory, self.dropout2, mask=memory_mask,
+                key_padding_mask=memory_key_padding_mask, is_causal=memory_is_causal,
+            )  # fmt: skip
+
         x = tgt
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
-            x = x + self._mha_block(
-                self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal
-            )
-            x = x + self._ff_block(self.norm3(x))
+            x = x + sa(self.norm1(x))
+            x = x + mha(self.norm2(x))
+            x = x + self._ff_block(self.norm3(x), self.dropout3)
         else:
-            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
-            x = self.norm2(
-                x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal)
-            )
-            x = self.norm3(x + self._ff_block(x))
+            x = self.norm1(x + sa(x))
+            x = self.norm2(x + mha(x))
+            x = self.norm3(x + self._ff_block(x, self.dropout3))
         return x
-
-    def _sa_block(self, x: Tensor, mask: Any, key_padding_mask: Any, is_causal: bool) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
-            is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
-
-    def _mha_block(
-        self, x: Tensor, mem: Tensor, mask: Any, key_padding_mask: Any, is_causal: bool
-    ) -> Tensor:
-        x = self.multihead_attn(
-            x, mem, mem, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
-            is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout2(x)
-
-    def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout3(x)
 
 
 class TransformerEncoder(Module):
