@@ -217,17 +217,13 @@ def plot_retrievals(images: np.ndarray, labels: np.ndarray, pred: np.ndarray, pa
 
 
 def save_tape_picture(tape: tg.Tape, path_base: str) -> str:
-    """DOT source always; PNG too when graphviz is installed."""
-    dot = tape.to_dot(group="module") if "group" in tape.to_dot.__code__.co_varnames else tape.to_dot()
+    """The step's tape, one box per module: DOT source always, PNG when graphviz is installed."""
     with open(path_base + ".dot", "w") as f:
-        f.write(dot)
+        f.write(tape.to_dot(group="module"))
     try:
-        import graphviz
-
-        graphviz.Source(dot).render(path_base, format="png", cleanup=True)
-        return path_base + ".png"
-    except Exception as e:  # graphviz (the Python package or the `dot` program) is optional
-        print(f"(tape picture left as DOT source: {e.__class__.__name__}: {e})")
+        return tape.render(path_base, format="png", group="module")
+    except RuntimeError as e:  # graphviz's `dot` program is optional
+        print(f"(tape picture left as DOT source: {e})")
         return path_base + ".dot"
 
 

@@ -15,6 +15,7 @@ change trigger a new capture (one program per signature).
 
 from __future__ import annotations
 
+import builtins
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -155,11 +156,11 @@ class _Program:
         # one run without buffers tells each buffer's shape and dtype
         probe = "\n".join([*head, *(a for a, _ in body), "    return {" + ", ".join(f"{o}: v{o}" for o in buffered) + "}"])
         pns = dict(ns)
-        exec(compile(probe, "<tg.compile probe>", "exec"), pns)  # noqa: S102
+        exec(builtins.compile(probe, "<tg.compile probe>", "exec"), pns)  # noqa: S102
         for o, arr in pns["run"](example_inputs).items():
             ns[f"B{o}"] = np.empty_like(arr)
         self.source = "\n".join([*head, *(b for _, b in body), ret])
-        exec(compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
+        exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
 
 

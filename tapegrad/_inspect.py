@@ -75,8 +75,11 @@ def _quote(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def to_dot(tape: Tape) -> str:
+def to_dot(tape: Tape, group: str = "op") -> str:
     """Graphviz DOT source of the recorded DAG.
+
+    ``group="op"`` draws every op; ``group="module"`` draws one box per module path (with its op
+    count and output shape), which keeps a whole model's training step readable.
 
     Ops are boxes (name and output shape), grouped in one dashed cluster per module path;
     leaves are ellipses, parameters labelled by their dotted module path; an edge goes from
@@ -92,6 +95,10 @@ def to_dot(tape: Tape) -> str:
     >>> "layer.weight" in dot and dot.count("->") == 3
     True
     """
+    if group == "module":
+        return _to_dot_modules(tape)
+    if group != "op":
+        raise ValueError(f"to_dot: group must be 'op' or 'module', got {group!r}")
     nodes = tape.nodes
     info, leaves = tape._scan()
     lines = [
@@ -131,6 +138,73 @@ def to_dot(tape: Tape) -> str:
                 lines.append(f"  leaf{tid} -> op{i};")
     lines.append("}")
     return "\n".join(lines)
+
+
+def _to_dot_modules(tape: Tape) -> str:
+    nodes = tape.nodes
+    _, leaves = tape._scan()
+    top = "(top level)"
+    scope_of = {n.out_tid: (n.scope or top) for n in nodes}
+    order: dict[str, list[Any]] = {}
+    for n in nodes:
+        order.setdefault(n.scope or top, []).append(n)
+    ids = {sc: f"m{k}" for k, sc in enumerate(order)}
+    lines = [
+        "digraph tape {",
+        '  rankdir=TB; node [fontname="Helvetica", fontsize=11]; edge [color="#555555"];',
+    ]
+    for sc, ns in order.items():
+        ops: dict[str, int] = {}
+        for n in ns:
+            ops[n.prim.name] = ops.get(n.prim.name, 0) + 1
+        names = ", ".join(f"{k}" + (f" x{v}" if v > 1 else "") for k, v in list(ops.items())[:4])
+        more = ", ..." if len(ops) > 4 else ""
+        label = f"{sc}\n{len(ns)} ops: {_quote(names)}{more}\nout {tuple(ns[-1].out_shape)}"
+        fill = "#fde2e1" if sc == top else "#dbe9f6"
+        lines.append(f'  {ids[sc]} [label="{label}", shape=box, style="rounded,filled", fillcolor="{fill}"];')
+    edges: set[tuple[str, str]] = set()
+    for n in nodes:
+        dst = ids[n.scope or top]
+        for e in n[1]:
+            if e is None:
+                continue
+            tid = _input_tid(e)
+            if tid in scope_of:
+                src = ids[scope_of[tid]]
+                if src != dst:
+                    edges.add((src, dst))
+            elif tid in leaves:
+                edges.add((f"leaf{tid}", dst))
+    for tid, t in leaves.items():
+        color = "#f9e3c3" if getattr(t, "_is_param", False) else "#e2f0d9"
+        label = _quote(f"{_leaf_name(t)}\n{tuple(t.shape)}").replace("\n", "\\n")
+        lines.append(f'  leaf{tid} [label="{label}", shape=ellipse, style=filled, fillcolor="{color}", fontsize=9];')
+    lines += [f"  {a} -> {b};" for a, b in sorted(edges)]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def render(tape: Tape, path: str, format: str = "svg", group: str = "op") -> str:
+    """Write the DAG as SVG or PNG through graphviz's ``dot`` program (Debian: ``graphviz``).
+
+    ``path`` may carry the extension or not; the written file's path is returned.
+    """
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    if format not in ("svg", "png", "pdf"):
+        raise ValueError(f"render: format must be 'svg', 'png' or 'pdf', got {format!r}")
+    dot = shutil.which("dot")
+    if dot is None:
+        raise RuntimeError(
+            "render: graphviz's `dot` program is not installed (Debian/Ubuntu: "
+            "apt-get install graphviz; macOS: brew install graphviz); tape.to_dot() gives the "
+            "DOT source without it"
+        )
+    out = path if path.endswith("." + format) else f"{path}.{format}"
+    src = to_dot(tape, group)
+    subprocess.run([dot, f"-T{format}", "-o", out], input=src.encode(), check=True)
+    return out
 
 
 def explain(tape: Tape, target: Tensor, source: Tensor) -> str:

@@ -1,10 +1,10 @@
 """Primitives, the tape, and the backward engine.
 
 Every differentiable operation bottoms out in ``apply(prim, *inputs, **params)``. ``apply`` runs
-the primitive's forward on arrays and, when at least one input is on a recording tape, appends a
-``Node`` to each such tape (one Node object, shared by every tape that records it). A tape's node
-list is in execution order, which is a topological order, so backward is one reverse walk (no
-recursion).
+the primitive's forward on arrays and, when at least one input is on a recording tape, appends
+one record of the op (a tuple, read through ``Node``) to each such tape; tapes that record the
+same op share the record. A tape's record is in execution order, which is a topological order,
+so backward is one reverse walk (no recursion) that frees each record as it passes it.
 
 VJP rules are written with tapegrad ops on Tensors. When no outer tape records, those ops take
 the untraced fast path; when an outer tape is open during ``gradient``, they are recorded on it,
@@ -82,7 +82,9 @@ def defprim(
     This is the stable extension point: a user-defined primitive gets gradients, higher-order
     derivatives and tape inspection like the built-in ones. Check it with
     ``tapegrad.testing.check_grads``. ``save`` lists what the VJPs read: input indices and
-    ``OUT``; anything else reaches them as None.
+    ``OUT``; anything else reaches them as None. A None VJP declares an input
+    non-differentiable: backward raises a TypeError naming the primitive if a gradient is ever
+    needed there (rather than silently giving none), and so does a VJP that returns None.
 
     >>> import tapegrad as tg
     >>> from tapegrad._tape import OUT
@@ -817,9 +819,11 @@ class Tape:
                 "sources=None or a Module"
             )
 
+        # Leaves are collected before the walk: a non-persistent backward clears the tape.
+        scan = self._scan()
         if src_list is not None and not module_req:
-            self._check_sources(src_list)
-        results, leaves, facts = self._run(seeds, src_list)
+            self._check_sources(src_list, scan[0])
+        results, leaves, facts = self._run(seeds, src_list, scan)
         if src_list is None:
             out = Gradients((t, results[tid]) for tid, t in leaves.items() if tid in results)
             out._reasons = {id(t): (t, _NO_PATH) for tid, t in leaves.items() if tid not in results}
@@ -834,9 +838,8 @@ class Tape:
             return into
         return out
 
-    def _check_sources(self, sources: list[Tensor]) -> None:
+    def _check_sources(self, sources: list[Tensor], info: dict[int, Any]) -> None:
         """Tensor sources must be on this tape: an unwatched one would silently get zeros."""
-        info, _ = self._scan()
         for k, t in enumerate(sources):
             if t._tid is not None and t._tid in info:
                 continue
@@ -856,11 +859,13 @@ class Tape:
             )
 
     def _run(
-        self, seeds: dict[int, Tensor], src_list: list[Tensor] | None
+        self,
+        seeds: dict[int, Tensor],
+        src_list: list[Tensor] | None,
+        scan: tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]] | None = None,
     ) -> tuple[dict[int, Tensor], dict[int, Tensor], _TapeFacts]:
         """Backward from ``seeds``: (``{tid: gradient}``, the leaves, facts for missing ones)."""
-        # Leaves are collected before the walk: a non-persistent backward clears the tape.
-        info, leaves = self._scan()
+        info, leaves = self._scan() if scan is None else scan
         facts = _TapeFacts(self, leaves)
         return self._backward(seeds, src_list, info, leaves), leaves, facts
 
@@ -1045,11 +1050,18 @@ class Tape:
 
         return summary(self)
 
-    def to_dot(self) -> str:
-        """Graphviz DOT source of the recorded DAG (parameters labelled by module path)."""
+    def to_dot(self, group: str = "op") -> str:
+        """Graphviz DOT source of the recorded DAG (parameters labelled by module path); with
+        ``group="module"``, one box per module."""
         from ._inspect import to_dot  # noqa: PLC0415
 
-        return to_dot(self)
+        return to_dot(self, group)
+
+    def render(self, path: str, format: str = "svg", group: str = "op") -> str:
+        """Draw the DAG to ``path`` (``.svg`` or ``.png``) with graphviz; returns the file written."""
+        from ._inspect import render  # noqa: PLC0415
+
+        return render(self, path, format, group)
 
     def explain(self, target: Tensor, source: Tensor) -> str:
         """The chain of ops from ``source`` to ``target`` on this tape, or why there is none."""

@@ -92,7 +92,9 @@ class Tensor:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         a = self.numpy()
-        return a if dtype is None else a.astype(dtype, copy=False)
+        if dtype is not None and a.dtype != dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a  # np.array(t) copies; np.asarray(t) shares
 
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         return self._data.__dlpack__(*args, **kwargs)

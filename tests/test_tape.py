@@ -376,8 +376,22 @@ def test_backward_is_gradient_on_the_one_tape():
     with tg.Tape():
         loss = (w * w * w).sum()
     g = loss.backward()
+    assert isinstance(g, tg.Gradients) and list(g.keys()) == [w]
     np.testing.assert_allclose(g[w].numpy(), 3 * w.numpy() ** 2)
-    assert tg.backward is not None
+    x = tg.tensor(f64(2))
+    tape = tg.Tape()
+    y = x.trace(tape) * 2.0  # dfdx style: backward() finds the one tape
+    np.testing.assert_allclose(tg.backward(y, np.ones(2)).values()[0].numpy(), 2.0)
+
+
+def test_stop_ends_recording():
+    tape = tg.Tape()
+    x = tg.tensor(f64(2)).trace(tape)
+    a = (x * 2.0).sum()
+    tape.stop()
+    b = x * 3.0
+    assert not tape.recording and a._tapes == (tape,) and b._tapes == ()
+    np.testing.assert_allclose(tape.gradient(a, x).numpy(), 2.0)
 
 
 # -- no_grad / stop_gradient -------------------------------------------------------------------

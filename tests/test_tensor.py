@@ -47,6 +47,10 @@ def test_array_protocol() -> None:
     assert a.dtype == np.float32 and a.tolist() == [1.0, 2.0]
     assert np.asarray(x, dtype=np.float64).dtype == np.float64
     assert np.array([x, x]).shape == (2, 2)
+    copied, shared = np.array(x), np.asarray(x)
+    copied[0] = 9.0
+    assert x.tolist() == [1.0, 2.0]  # np.array copies, as for any array-like
+    assert np.shares_memory(shared, x.numpy())  # np.asarray and .numpy() share (as PyTorch)
 
 
 def test_dlpack_round_trips_share_memory() -> None:

@@ -1,6 +1,5 @@
 """Scaled dot-product attention (a composition of tapegrad ops)."""
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 

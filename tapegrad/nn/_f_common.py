@@ -1,6 +1,5 @@
 """Helpers shared by the functional modules: argument checks, reductions, row gathers."""
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 
@@ -59,6 +58,7 @@ def legacy_reduction(size_average: Any, reduce: Any, reduction: str) -> str:
 
 
 def check_reduction(reduction: str, op: str, extra: tuple[str, ...] = ()) -> None:
+    """A clear error for a ``reduction`` outside 'mean', 'sum', 'none' (and ``extra``)."""
     if reduction not in _REDUCTIONS + extra:
         allowed = ", ".join(repr(r) for r in _REDUCTIONS + extra)
         raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")

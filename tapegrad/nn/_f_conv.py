@@ -7,7 +7,6 @@
 them differentiates to any order.
 """
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ class Geom(NamedTuple):
 
 
 def out_size(n: int, k: int, s: int, pad: tuple[int, int], d: int) -> int:
+    """The number of windows of a dilated kernel along one padded axis."""
     return (n + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
 
 
@@ -53,79 +53,80 @@ def pad_array(x: Any, padding: tuple[tuple[int, int], ...], value: float = 0.0) 
 
 
 def _windows(xp_: Any, geom: Geom) -> Any:
-    """A strided view of the windows of a padded (N, C, Hp, Wp) array: (N, C, kh, kw, Ho, Wo)."""
+    """A strided view of the windows of a padded (N, C, Hp, Wp) array: (C, kh, kw, N, Ho, Wo)."""
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     n, c = xp_.shape[:2]
     s_n, s_c, s_h, s_w = xp_.strides
-    shape = (n, c, kh, kw, ho, wo)
-    strides = (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
+    shape = (c, kh, kw, n, ho, wo)
+    strides = (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw)
     return xp_of(xp_).lib.stride_tricks.as_strided(xp_, shape, strides, writeable=False)
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
-    v = _windows(pad_array(x, geom.padding), geom)  # (N, C, kh, kw, Ho, Wo)
-    return v.reshape(n, c * kh * kw, ho * wo)  # the one copy: into the GEMM layout
+    v = _windows(pad_array(x, geom.padding), geom)  # (C, kh, kw, N, Ho, Wo)
+    return v.reshape(c * kh * kw, n * ho * wo)  # the one copy: into the GEMM layout
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
-    acc = xp_of(cols).zeros((n, c, h + pt + pb, w + pl + pr), dtype=cols.dtype)
-    c6 = cols.reshape(n, c, kh, kw, ho, wo)
+    # accumulate in (C, N, Hp, Wp) so each strided add reads and writes in memory order
+    acc = xp_of(cols).zeros((c, n, h + pt + pb, w + pl + pr), dtype=cols.dtype)
+    c6 = cols.reshape(c, kh, kw, n, ho, wo)
     for i in range(kh):
         rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
         for j in range(kw):
-            acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, :, i, j]
-    if pt or pb or pl or pr:
-        return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
-    return acc
+            acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, i, j]
+    return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
 
 
-# (N, C, H, W) <-> its windows as (N, C * kh * kw, Ho * Wo) columns: each the other's adjoint
 IM2COL = defprim("nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom))
 COL2IM = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom))
 
 
 # --------------------------------------------------------------------------------------------
-# conv2d: a fused primitive (im2col + a GEMM per sample that writes the (N, O, Ho, Wo) output in
-# place, bias added in the same buffer); it saves x and w, not the (kh * kw times larger)
-# columns, and its VJPs are written with differentiable ops.
+# conv2d: a fused primitive (im2col + one GEMM, bias added in the same pass); it saves x and w,
+# not the (kh * kw times larger) columns, and its VJPs are written with differentiable ops.
 # --------------------------------------------------------------------------------------------
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
-    n, o = x.shape[0], w.shape[0]
+    n = x.shape[0]
+    o = w.shape[0]
     ho, wo = geom.out_hw
-    cols = _im2col_fwd(x, geom)  # (N, C*kh*kw, Ho*Wo)
+    cols = _im2col_fwd(x, geom)  # (C*kh*kw, N*Ho*Wo)
     if groups == 1:
-        out = np.matmul(w.reshape(o, -1), cols)  # (N, O, Ho*Wo)
+        y = w.reshape(o, -1) @ cols  # (O, N*Ho*Wo)
     else:
-        cg = cols.reshape(n, groups, -1, ho * wo)
-        out = np.matmul(w.reshape(groups, o // groups, -1), cg)  # (N, G, O/G, Ho*Wo)
-    out = out.reshape(n, o, ho, wo)
-    if b is not None:
-        out += b.reshape(1, o, 1, 1)
+        y = np.matmul(w.reshape(groups, o // groups, -1), cols.reshape(groups, -1, cols.shape[1]))
+    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    out = xp_of(x).empty((n, o, ho, wo), dtype=y.dtype)
+    if b is None:
+        out[...] = y
+    else:
+        np.add(y, b.reshape(1, o, 1, 1), out=out)
     return out
 
 
-def _conv2d_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
+def _grad_matrix(g: Tensor, groups: int) -> Tensor:
+    """The output gradient (N, O, Ho, Wo) as (G, O/G, N*Ho*Wo), the GEMM layout."""
     n, o = g.shape[:2]
-    wm = S.reshape(w, (groups, o // groups, -1))  # (G, O/G, C/G*kh*kw)
-    g4 = S.reshape(g, (n, groups, o // groups, -1))  # (N, G, O/G, Ho*Wo)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), g4)  # (N, G, C/G*kh*kw, Ho*Wo)
-    return apply(COL2IM, S.reshape(cols, (n, -1, cols.shape[-1])), geom=geom)
+    return S.reshape(S.permute_dims(g, (1, 0, 2, 3)), (groups, o // groups, -1))
+
+
+def _conv2d_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
+    wm = S.reshape(w, (groups, w.shape[0] // groups, -1))  # (G, O/G, C/G*kh*kw)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), _grad_matrix(g, groups))  # (G, C/G*kh*kw, NL)
+    return apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
 
 
 def _conv2d_vjp_w(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
-    n, o = g.shape[:2]
     cols = apply(IM2COL, x, geom=geom)  # recomputed: cheaper to keep x than the columns
-    cols = S.reshape(cols, (n, groups, -1, cols.shape[-1]))  # (N, G, C/G*kh*kw, Ho*Wo)
-    g4 = S.reshape(g, (n, groups, o // groups, -1))
-    per_sample = L.matmul(g4, S.swapaxes(cols, -1, -2))  # (N, G, O/G, C/G*kh*kw)
-    return S.reshape(R.sum(per_sample, axis=0), w.shape)
+    cols = S.reshape(cols, (groups, -1, cols.shape[-1]))
+    return S.reshape(L.matmul(_grad_matrix(g, groups), S.swapaxes(cols, -1, -2)), w.shape)
 
 
 def _conv2d_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any, geom: Geom, groups: int):
@@ -333,10 +334,10 @@ def conv_transpose2d(
         raise ValueError(f"{op}: the output size ({hout}, {wout}) is not positive")
     pads = ((p[0], p[0]), (p[1], p[1]))
     geom = Geom((n, cout, hout, wout), k, s, pads, d, (h, wd))  # type: ignore[arg-type]
-    xm = S.reshape(x, (n, groups, cin // groups, -1))  # (N, G, Cin/G, H*W)
+    xm = S.reshape(S.permute_dims(x, (1, 0, 2, 3)), (groups, cin // groups, -1))  # (G, Cin/G, NHW)
     wm = S.reshape(w, (groups, cin // groups, -1))  # (G, Cin/G, Cout/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (N, G, Cout/G*kh*kw, H*W)
-    out = apply(COL2IM, S.reshape(cols, (n, -1, cols.shape[-1])), geom=geom)
+    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (G, Cout/G*kh*kw, NHW)
+    out = apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
     if bias is not None:
         b = S.astype(float_input(bias, op, "bias"), x.dtype)
         if b.shape != (cout,):

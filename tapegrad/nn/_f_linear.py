@@ -1,6 +1,5 @@
 """Affine maps and lookups: linear, bilinear, embedding, one_hot."""
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 

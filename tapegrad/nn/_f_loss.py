@@ -6,7 +6,6 @@ shifted by 1e4 give the same loss. ``cross_entropy`` with class indices is one f
 ops), whose VJP is itself a primitive with differentiable VJPs, so higher order works.
 """
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 
@@ -40,6 +39,8 @@ def _one_hot_like(x: Any, t: Any) -> Any:
 
 
 def _pick_fwd(x: Any, t: Any) -> Any:
+    if x.ndim == 2:
+        return x[xp_of(x).arange(x.shape[0]), t]
     return xp_of(x).take_along_axis(x, t[:, None], axis=1)[:, 0]
 
 
@@ -69,37 +70,52 @@ def _lse(x: Any) -> Any:
     return xp.log(xp.exp(x - m).sum(axis=1)) + m[:, 0]
 
 
-def _ce_fwd(x: Any, t: Any, valid: Any) -> Any:
-    loss = _lse(x) - _pick_fwd(x, t)  # -log_softmax(x)[t]
-    return loss * valid
-
-
-def _ce_grad_fwd(x: Any, g: Any, t: Any, valid: Any) -> Any:
+def _softmax_minus_one_hot(x: Any, t: Any) -> Any:
+    """``softmax(x) - one_hot(t)`` along axis 1, in one buffer."""
     xp = xp_of(x)
     m = x.max(axis=1, keepdims=True)
     e = xp.exp(x - xp.where(xp.isfinite(m), m, 0))
     e /= e.sum(axis=1, keepdims=True)
-    e -= _one_hot_like(e, t)
-    e *= (g * valid)[:, None]
+    if e.ndim == 2:
+        e[xp.arange(e.shape[0]), t] -= 1
+    else:
+        picked = xp.take_along_axis(e, t[:, None], axis=1)
+        xp.put_along_axis(e, t[:, None], picked - 1, axis=1)
     return e
 
 
-def _ce_grad_vjp_x(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, valid: Any) -> Tensor:
-    # the Hessian of logsumexp, (diag(p) - p p^T), applied to gg scaled by the upstream g
+# The fused log-softmax + NLL (one pass forward; softmax - one_hot backward, instead of about
+# a dozen recorded ops). ``coef`` holds each position's weight (0 where ignored, the class
+# weight, and the 1 / sum-of-weights of 'mean'); ``total`` sums the weighted losses in the same
+# call. The VJP is itself a primitive with differentiable VJPs, so higher order works.
+def _ce_fwd(x: Any, t: Any, coef: Any, total: bool) -> Any:
+    loss = (_lse(x) - _pick_fwd(x, t)) * coef  # -log_softmax(x)[t], weighted
+    return loss.sum() if total else loss
+
+
+def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
+    e = _softmax_minus_one_hot(x, t)
+    e *= (g * coef)[:, None]
+    return e
+
+
+def _ce_grad_vjp_x(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, coef: Any, total: bool):
+    # the Hessian of logsumexp, diag(p) - p p^T, applied to gg scaled by the upstream g
     p = SM.softmax(x, axis=1)
-    u = gg * S.expand_dims(g * _wrap(valid), 1)
+    u = gg * S.expand_dims(g * _wrap(coef), 1)
     return p * u - p * R.sum(p * u, axis=1, keepdims=True)
 
 
-def _ce_grad_vjp_g(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, valid: Any) -> Tensor:
+def _ce_grad_vjp_g(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, coef: Any, total: bool):
     d = SM.softmax(x, axis=1) - _wrap(_one_hot_like(x._data, t))
-    return R.sum(gg * d, axis=1) * _wrap(valid)
+    per_position = R.sum(gg * d, axis=1) * _wrap(coef)
+    return R.sum(per_position) if total else per_position
 
 
 _CE = defprim(
     "nn.cross_entropy",
     _ce_fwd,
-    lambda g, ans, x, t, valid: apply(_CE_GRAD, x, g, t=t, valid=valid),
+    lambda g, ans, x, t, coef, total: apply(_CE_GRAD, x, g, t=t, coef=coef, total=total),
     (0,),
 )
 _CE_GRAD = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
@@ -229,10 +245,13 @@ def cross_entropy(
     x, t, unb = _class_target(x, target, "cross_entropy")
     c = x.shape[1]
     safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
-    loss = apply(_CE, x, t=safe, valid=valid)
-    if weight is not None:
-        loss = loss * _wrap(w)
-    out = _weighted_reduce(loss, w.sum(), reduction, unb)
+    coef = w
+    if reduction == "mean":
+        wsum = float(w.sum())
+        coef = w * (1.0 / wsum) if wsum != 0 else w * float("nan")
+    out = apply(_CE, x, t=safe, coef=coef, total=reduction != "none")
+    if reduction == "none" and unb:
+        out = S.squeeze(out, 0)
     if label_smoothing == 0.0:
         return out
     # the uniform part: -sum_c weight_c * log_softmax(x)_c per position, ignored ones zeroed

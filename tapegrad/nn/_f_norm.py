@@ -3,7 +3,6 @@
 All are compositions of tapegrad ops (no gradient code), so they differentiate to any order.
 """
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ pooling over unequal windows gathers by a flat index (``nn.pool_gather``, adjoin
 ``nn.sum_pool2d_grad``) times a constant divisor.
 """
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 
@@ -24,6 +23,25 @@ from ..ops import _reduce as R
 from ..ops import _shape as S
 from ._f_common import float_input, ntuple
 from ._f_conv import Geom, pad_array
+
+
+def _window(a: Any, geom: Geom, i: int, j: int) -> Any:
+    """The strided view of padded ``a`` that kernel offset (i, j) reads, (N, C, Ho, Wo)."""
+    (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
+    return a[
+        :, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw
+    ]
+
+
+def _offsets(geom: Geom) -> list[tuple[int, int, int]]:
+    kh, kw = geom.kernel
+    return [(i * kw + j, i, j) for i in range(kh) for j in range(kw)]
+
+
+def _overlap(geom: Geom) -> bool:
+    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
+    return sh < dh * (kh - 1) + 1 or sw < dw * (kw - 1) + 1
+
 
 # --------------------------------------------------------------------------------------------
 # gather / scatter by a flat index into each (H * W) plane
@@ -84,40 +102,31 @@ def _tiles(geom: Geom) -> bool:
 
 def _sum_pool_fwd(x: Any, geom: Geom) -> Any:
     n, c = x.shape[:2]
-    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     if _tiles(geom):
         return x.reshape(n, c, ho, kh, wo, kw).sum(axis=(3, 5))
     xp_ = pad_array(x, geom.padding)
     out = None
-    for i in range(kh):
-        for j in range(kw):
-            v = xp_[
-                :,
-                :,
-                i * dh : i * dh + sh * (ho - 1) + 1 : sh,
-                j * dw : j * dw + sw * (wo - 1) + 1 : sw,
-            ]
-            out = v.copy() if out is None else out.__iadd__(v)
+    for _, i, j in _offsets(geom):
+        v = _window(xp_, geom, i, j)
+        if out is None:
+            out = v.copy()
+        else:
+            out += v
     return out
 
 
 def _sum_pool_grad_fwd(g: Any, geom: Geom) -> Any:
     n, c, h, w = geom.in_shape
-    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     xp = xp_of(g)
     if _tiles(geom):
         big = xp.broadcast_to(g.reshape(n, c, ho, 1, wo, 1), (n, c, ho, kh, wo, kw))
         return big.reshape(n, c, h, w)
     (pt, pb), (pl, pr) = geom.padding
     acc = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=g.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            acc[
-                :,
-                :,
-                i * dh : i * dh + sh * (ho - 1) + 1 : sh,
-                j * dw : j * dw + sw * (wo - 1) + 1 : sw,
-            ] += g
+    for _, i, j in _offsets(geom):
+        _window(acc, geom, i, j)[...] += g
     return xp.ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w])
 
 
@@ -186,24 +195,6 @@ def _batched(x: Tensor) -> tuple[Tensor, bool]:
 
 def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
     return S.squeeze(t, 0) if unbatched else t
-
-
-def _window(a: Any, geom: Geom, i: int, j: int) -> Any:
-    """The strided view of padded ``a`` that kernel offset (i, j) reads, (N, C, Ho, Wo)."""
-    (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
-    return a[
-        :, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw
-    ]
-
-
-def _offsets(geom: Geom) -> list[tuple[int, int, int]]:
-    kh, kw = geom.kernel
-    return [(i * kw + j, i, j) for i in range(kh) for j in range(kw)]
-
-
-def _overlap(geom: Geom) -> bool:
-    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
-    return sh < dh * (kh - 1) + 1 or sw < dw * (kw - 1) + 1
 
 
 def _max_pool_fwd(x: Any, geom: Geom) -> Any:

@@ -1,6 +1,5 @@
 """Padding and resampling: ``pad`` (PyTorch's argument order) and ``interpolate``."""
 
-# ruff: noqa: PLR0917  (PyTorch's functional signatures take these arguments positionally)
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import builtins
 import re
 from typing import Any
 
-from .._backend import np
+from .._backend import np, xp_of
 from .._tape import apply, defprim
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, operands, result_dtype
@@ -122,7 +122,8 @@ def _einsum_vjp(i: int) -> Any:
                 seen.add(c)
                 spread += c
         n = dict(zip(target, ops[i].shape, strict=True))
-        eyes = [_wrap(np.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
+        xp = xp_of(r._data)
+        eyes = [_wrap(xp.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
         return einsum(",".join([uniq, *deltas]) + "->" + spread, r, *eyes)
 
     return vjp

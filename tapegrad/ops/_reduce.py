@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from .._backend import np
+from .._backend import np, xp_of
 from .._dtypes import default_float
 from .._tape import OUT, apply, defprim
 from .._tensor import Tensor, _wrap
@@ -79,7 +79,7 @@ def _prod_of_others(x: Tensor, axes: tuple[int, ...]) -> Tensor:
     perm = rest + tuple(axes)
     xm = permute_dims(x, perm)
     flat = reshape(xm, xm.shape[: len(rest)] + (-1,))  # (..., n): the reduced axes as one
-    one = _wrap(np.ones(flat.shape[:-1] + (1,), dtype=x.dtype))
+    one = _wrap(np.ones_like(x._data, shape=flat.shape[:-1] + (1,)))
 
     def exclusive(t: Tensor) -> Tensor:  # [1, t0, t0 t1, ...]
         return cumprod(concat([one, t[..., :-1]], axis=-1), axis=-1)
@@ -271,10 +271,11 @@ def _cumprod_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: int) -> Tensor:
     # with zeros: d ans_j / d x_i = prod_{k <= j, k != i} x_k, built for all i at once
     n = x.shape[axis]
     xm = moveaxis(x, axis, -1)  # (..., n)
-    eye = _wrap(np.eye(n, dtype=bool).reshape((n,) + (1,) * (xm.ndim - 1) + (n,)))
+    xp = xp_of(x._data)
+    eye = _wrap(xp.eye(n, dtype=bool).reshape((n,) + (1,) * (xm.ndim - 1) + (n,)))
     others = where(eye, 1.0, xm)  # (n_i, ..., n_k): x with x_i replaced by 1
     cp = cumprod(others, axis=-1)  # (n_i, ..., n_j)
-    upper = _wrap(np.triu(np.ones((n, n), dtype=x.dtype)).reshape(eye.shape))  # j >= i
+    upper = _wrap(xp.triu(xp.ones((n, n), dtype=x.dtype)).reshape(eye.shape))  # j >= i
     gm = moveaxis(g, axis, -1)
     contrib = sum(gm * cp * upper, axis=-1)  # (n_i, ...)
     return moveaxis(contrib, 0, axis)

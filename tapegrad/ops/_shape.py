@@ -83,7 +83,7 @@ def _reflect_grad_fwd(g: Any, pad_width: Any, mode: Any) -> Any:
     for ax, (b, a) in enumerate(pad_width):
         n = shape[ax]
         idx = np.pad(np.arange(n), (b, a), mode=mode)
-        res = np.zeros(out.shape[:ax] + (n,) + out.shape[ax + 1 :], dtype=g.dtype)
+        res = np.zeros_like(g, shape=out.shape[:ax] + (n,) + out.shape[ax + 1 :])
         where: Any = (slice(None),) * ax + (idx,)
         np.add.at(res, where, out)
         out = res
@@ -147,10 +147,7 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     x = as_tensor(x)
     if x.ndim == 0:
         return reshape(x, (1,))
-    s, e = (
-        normalize_axis(start_axis, x.ndim, "flatten")[0],
-        normalize_axis(end_axis, x.ndim, "flatten")[0],
-    )
+    s, e = check_axis(start_axis, x.ndim, "flatten"), check_axis(end_axis, x.ndim, "flatten")
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :])
 
 
@@ -451,7 +448,7 @@ def _is_advanced(idx: Any) -> bool:
 
 
 def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> Any:
-    z = np.zeros(shape, dtype=g.dtype)
+    z = np.zeros_like(g, shape=shape)
     if advanced:
         np.add.at(z, idx, g)  # duplicate indices accumulate
     else:
