@@ -27,6 +27,7 @@ import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad import nn
 
+
 # -- config -----------------------------------------------------------------------------------
 @dataclass
 class Config:
@@ -168,7 +169,7 @@ def evaluate(model: CLIP, vocab: Vocab, cfg: Config, images: np.ndarray, labels:
         ids = np.stack([vocab.encode(s, cfg.max_len) for _, s in caps])
         temb = F.normalize(model.text(tg.tensor(ids)), dim=-1).numpy()
         best = (temb @ img.T).argmax(axis=1)
-        t2i = float(np.mean([labels[b] == c for (c, _), b in zip(caps, best)]))
+        t2i = float(np.mean([labels[b] == c for (c, _), b in zip(caps, best, strict=True)]))
     model.train()
     return {"image_to_text": i2t, "text_to_image": t2i, "pred": (img @ txt.T).argmax(axis=1)}
 
@@ -204,7 +205,7 @@ def plot_retrievals(images: np.ndarray, labels: np.ndarray, pred: np.ndarray, pa
 
     fig, axes = plt.subplots(3, 8, figsize=(12, 5.4))
     rng = np.random.default_rng(0)
-    for ax, i in zip(axes.ravel(), rng.choice(len(images), axes.size, replace=False)):
+    for ax, i in zip(axes.ravel(), rng.choice(len(images), axes.size, replace=False), strict=True):
         ax.imshow(images[i, 0], cmap="gray_r")
         ok = pred[i] == labels[i]
         ax.set_title(f"'{WORDS[pred[i]]}'", color="#2e7d32" if ok else "#c62828", fontsize=11)

@@ -38,7 +38,7 @@ def normalize_device(device: Any) -> str:
     d = str(device)
     if d == "cpu":
         return "cpu"
-    if d == "cuda" or d == "gpu" or d.startswith("cuda:"):
+    if d in {"cuda", "gpu"} or d.startswith("cuda:"):
         return "cuda"
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
 

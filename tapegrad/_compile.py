@@ -53,7 +53,7 @@ def _same(a: Any, b: Any) -> bool:
             and bool(np.array_equal(a, b))
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     try:
@@ -202,7 +202,7 @@ class CompiledStep:
         if callable(entry):
             loss, gs = entry([t._data for t in inputs])
             params = self._params
-            self.optimizer.step(Gradients(zip(params, (_wrap(g) for g in gs))))
+            self.optimizer.step(Gradients(zip(params, (_wrap(g) for g in gs), strict=True)))
             return _wrap(loss.copy() if isinstance(loss, np.ndarray) else loss)
         if entry == "eager":
             return self._eager(inputs, None)[0]
