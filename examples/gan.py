@@ -86,7 +86,7 @@ def plot_samples(snaps: list[tuple[int, np.ndarray]], real: np.ndarray, cfg: Con
 
     fig, axes = plt.subplots(1, len(snaps), figsize=(3.4 * len(snaps), 3.7), squeeze=False)
     lim = cfg.radius * 1.6
-    for ax, (step, pts) in zip(axes[0], snaps):
+    for ax, (step, pts) in zip(axes[0], snaps, strict=True):
         m = mode_metrics(pts, cfg)
         ax.scatter(real[:, 0], real[:, 1], s=4, c="#888888", alpha=0.5, label="real data")
         ax.scatter(pts[:, 0], pts[:, 1], s=3, c="#cc0000", alpha=0.35, label="generated")
@@ -142,8 +142,10 @@ def main(cfg: Config, quiet: bool = False) -> dict:
             loss_d = (F.binary_cross_entropy_with_logits(d_real, ones)
                       + F.binary_cross_entropy_with_logits(d_fake, zeros))
             loss_g = F.binary_cross_entropy_with_logits(d_fake, ones)  # non-saturating loss
-        opt_d.step(tape_d.gradient(loss_d, D))
-        opt_g.step(tape_g.gradient(loss_g, G))
+        # both gradients before either update: tape_g's backward reads D's weights as they were
+        grads_d, grads_g = tape_d.gradient(loss_d, D), tape_g.gradient(loss_g, G)
+        opt_d.step(grads_d)
+        opt_g.step(grads_g)
         history["loss_d"].append(loss_d.item())
         history["loss_g"].append(loss_g.item())
 

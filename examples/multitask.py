@@ -74,28 +74,34 @@ class MultiTask(nn.Module):
 
 
 # -- PCGrad ------------------------------------------------------------------------------------
-def pcgrad(g_a: tg.Gradients, g_b: tg.Gradients, shared: list[tg.Parameter]) -> tuple[tg.Gradients, float]:
-    """Combine two tasks' gradients with PCGrad; also return their cosine on the shared part.
+def flat(g: tg.Gradients, params: list[tg.Parameter]) -> tg.Tensor:
+    """The gradients of ``params`` as one vector, (S,) with S the parameters' total size."""
+    return tg.concat([g[p].reshape(-1) for p in params])
+
+
+def cosine(a: tg.Tensor, b: tg.Tensor) -> float:
+    return (a * b).sum().item() / (tg.norm(a).item() * tg.norm(b).item() + 1e-12)
+
+
+def pcgrad(g_a: tg.Gradients, g_b: tg.Gradients, shared: list[tg.Parameter]) -> tg.Gradients:
+    """Combine two tasks' gradients with PCGrad.
 
     Over the shared parameters' flattened gradients a and b: if a . b < 0, a -= (a.b/|b|^2) b
-    and b -= (b.a/|a|^2) a (both against the original vectors, as in the paper for two tasks).
-    Each head's own parameters keep their single task's gradient.
+    and b -= (b.a/|a|^2) a (both against the original vectors, as in the paper for two tasks),
+    then a + b. Each head's own parameters keep their single task's gradient.
     """
-    a = tg.concat([g_a[p].reshape(-1) for p in shared])  # (S,) S = shared parameter count
-    b = tg.concat([g_b[p].reshape(-1) for p in shared])
+    a, b = flat(g_a, shared), flat(g_b, shared)
     dot = (a * b).sum().item()
-    na, nb = (a * a).sum().item(), (b * b).sum().item()
-    cos = dot / (np.sqrt(na * nb) + 1e-12)
     if dot < 0:  # conflict: drop the component of each that points against the other
-        a, b = a - (dot / nb) * b, b - (dot / na) * a
-    merged = a + b
-    out = g_a + g_b  # heads: each has only its own task's gradient, so the sum is theirs
-    pairs = dict(out.items())
+        a, b = a - (dot / (b * b).sum().item()) * b, b - (dot / (a * a).sum().item()) * a
+    merged = a + b  # (S,)
+    # the heads: each has only its own task's gradient, so the plain sum is that gradient
+    pairs = dict((g_a + g_b).items())
     offset = 0
     for p in shared:
         pairs[p] = merged[offset : offset + p.size].reshape(p.shape)
         offset += p.size
-    return tg.Gradients(pairs.items()), cos
+    return tg.Gradients(pairs.items())
 
 
 # -- training ---------------------------------------------------------------------------------
@@ -132,12 +138,8 @@ def train(cfg: Config, data: dict[str, np.ndarray], method: str, quiet: bool) ->
             g_cls = tape.gradient(loss_cls, model)  # trunk + classify (intensity: none)
             g_reg = tape.gradient(loss_reg, model)  # trunk + intensity (classify: none)
             tape.release()  # frees the saved activations now rather than when `tape` goes
-            if method == "pcgrad":
-                grads, cos = pcgrad(g_cls, g_reg, shared)
-            else:
-                grads, cos = g_cls + g_reg, pcgrad(g_cls, g_reg, shared)[1]
-            opt.step(grads)
-            hist["cos"].append(cos)
+            opt.step(pcgrad(g_cls, g_reg, shared) if method == "pcgrad" else g_cls + g_reg)
+            hist["cos"].append(cosine(flat(g_cls, shared), flat(g_reg, shared)))
             step += 1
             bar.update(1)
         m = evaluate(model, data["x_test"], data["y_test"], data["c_test"])

@@ -8,9 +8,14 @@
 [2.0, -4.0]
 """
 
-from . import _methods  # noqa: F401  (binds Tensor's operators)
-from . import data, nn, optim, testing
-from ._io import load, load_checkpoint, save, save_checkpoint
+from . import (
+    _methods,  # noqa: F401  (binds Tensor's operators)
+    data,
+    nn,
+    optim,
+    testing,
+)
+from ._compile import CompiledStep, compile
 from ._creation import (
     Generator,
     arange,
@@ -50,8 +55,10 @@ from ._dtypes import (
     uint8,
 )
 from ._functional import grad, value_and_grad
+from ._io import load, load_checkpoint, save, save_checkpoint
 from ._tape import (
     Gradients,
+    MissingGradientError,
     Tape,
     apply,
     backward,

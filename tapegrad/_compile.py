@@ -74,8 +74,9 @@ class _Program:
             self.kinds.append((kind, v))
             return len(self.kinds) - 1
 
+        by_array: dict[int, int] = {}  # a detached view shares its array, so its slot too
         for k, t in enumerate(inputs):
-            slot[id(t)] = new("input", k)
+            slot[id(t)] = by_array[id(t._data)] = new("input", k)
         for p in params:
             slot.setdefault(id(p), new("param", p))
         self.instrs: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = []
@@ -85,12 +86,14 @@ class _Program:
                 if isinstance(x, Tensor):
                     s = slot.get(id(x))
                     if s is None:
+                        s = by_array.get(id(x._data))
+                    if s is None:
                         s = slot[id(x)] = new("const", x._data)
                     args.append(("s", s))
                 else:
                     args.append(("v", x))
             o = new("op", len(self.instrs))
-            slot[id(out)] = o
+            slot[id(out)] = by_array[id(out._data)] = o
             self.instrs.append((prim, tuple(args), kw, o))
         self.loss_slot = slot.get(id(loss))
         self.grad_slots = []

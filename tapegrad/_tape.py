@@ -104,6 +104,13 @@ def defprim(
     return p
 
 
+def nondiff(name: str, fwd: Callable[..., Any]) -> Primitive:
+    """A function of arrays with no gradient (comparisons, a max shift), run through ``apply``
+    so that ``tg.compile`` sees it; not registered, never recorded (its inputs are detached or
+    its output is not float)."""
+    return Primitive(name, fwd, (), ())
+
+
 # A recorded op is a plain tuple (the cheapest object Python builds), laid out as below, and
 # shared by every tape that records it; ``Tape.nodes`` wraps each in a ``Node`` for reading.
 # INPUTS holds, per input, None (not a tensor, or a tensor on no tape), the tensor's tid, or

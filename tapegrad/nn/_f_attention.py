@@ -19,9 +19,7 @@ from ._f_common import float_input
 
 def _safe_softmax(s: Tensor) -> Tensor:
     """Softmax over the last axis that gives 0 (not NaN) on rows where every score is -inf."""
-    xp = xp_of(s._data)
-    m = xp.amax(s._data, axis=-1, keepdims=True)
-    e = E.exp(s - _wrap(xp.where(xp.isfinite(m), m, 0).astype(s.dtype)))
+    e = E.exp(s - R.max_shift(s, -1))
     den = R.sum(e, axis=-1, keepdims=True)
     pos = den > 0
     return e / E.where(pos, den, 1.0)

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._backend import np, xp_of
 from .._dtypes import default_float
-from .._tape import OUT, apply, defprim
+from .._tape import OUT, apply, defprim, nondiff
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis
 
@@ -211,8 +211,7 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "logsumexp")
     _nonempty(x, axes, "logsumexp")
-    m = np.amax(x._data, axis=axes, keepdims=True)
-    m = _wrap(np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False))  # a constant shift
+    m = max_shift(x, axes)
     out = log(sum(exp(x - m), axis=axes, keepdims=True)) + m
     if keepdims:
         return out
@@ -345,3 +344,17 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     if isinstance(ord, (int, float)) and ord > 0:
         return sum(_abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
     raise ValueError(f"norm: ord {ord!r} is not supported (use 1, 2, a p > 0, inf or 'fro')")
+
+
+def _max_shift_fwd(x: Any, axis: Any) -> Any:
+    m = np.amax(x, axis=axis, keepdims=True)
+    return np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)
+
+
+_MAX_SHIFT = nondiff("max_shift", _max_shift_fwd)
+
+
+def max_shift(x: Tensor, axis: Any) -> Tensor:
+    """The max over ``axis`` (kept), 0 where it is not finite: a constant (no gradient) to
+    subtract before ``exp`` so that softmax and logsumexp never overflow."""
+    return apply(_MAX_SHIFT, _wrap(x._data), axis=axis)

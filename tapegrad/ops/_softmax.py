@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import np
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor
 from ._common import as_tensor, check_axis
 from ._elementwise import exp, log
-from ._reduce import sum
+from ._reduce import max_shift, sum
 
 
 def _shift(x: Tensor, axis: int) -> Tensor:
     # subtracting the max changes nothing mathematically; as a constant it needs no gradient
-    m = np.amax(x._data, axis=axis, keepdims=True)
-    return x - _wrap(np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False))
+    return x - max_shift(x, axis)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
