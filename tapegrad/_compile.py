@@ -192,6 +192,7 @@ class CompiledStep:
         self._programs: dict[Any, Any] = {}  # signature -> _Program (pending) | run fn | "eager"
         self._sources: dict[Any, str] = {}
         self._warned = False
+        self._params: list[Any] = []
 
     @property
     def source(self) -> str:

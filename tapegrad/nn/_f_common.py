@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import np, xp_of
-from .._tape import apply, defprim
+from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -124,7 +124,7 @@ _TAKE = defprim(
         _TAKE_GRAD, g, idx=idx, axis=axis, n=n, zero_row=zero_row
     ),
 )
-_TAKE_GRAD = defprim(
+_TAKE_GRAD: Primitive = defprim(
     "nn.take_grad",
     _take_grad_fwd,
     lambda gg, ans, g, idx, axis, n, zero_row: apply(

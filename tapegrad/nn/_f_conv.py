@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .._backend import np, xp_of
-from .._tape import apply, defprim
+from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -84,7 +84,7 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
 
 
 IM2COL = defprim("nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom))
-COL2IM = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom))
+COL2IM: Primitive = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom))
 
 
 # --------------------------------------------------------------------------------------------

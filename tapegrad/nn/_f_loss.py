@@ -13,7 +13,7 @@ import warnings
 from typing import Any
 
 from .._backend import np, xp_of
-from .._tape import apply, defprim
+from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
@@ -57,7 +57,7 @@ _PICK = defprim(
     lambda g, ans, x, t: apply(_PICK_GRAD, g, t=t, shape=x.shape),
     (0,),
 )
-_PICK_GRAD = defprim(
+_PICK_GRAD: Primitive = defprim(
     "nn.pick_grad", _pick_grad_fwd, lambda gg, ans, g, t, shape: apply(_PICK, gg, t=t)
 )
 
@@ -118,7 +118,7 @@ _CE = defprim(
     lambda g, ans, x, t, coef, total: apply(_CE_GRAD, x, g, t=t, coef=coef, total=total),
     (0,),
 )
-_CE_GRAD = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
+_CE_GRAD: Primitive = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import np, xp_of
-from .._tape import OUT, apply, defprim
+from .._tape import Primitive, OUT, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -76,7 +76,7 @@ POOL_GATHER = defprim(
     ),
     (0,),
 )
-POOL_SCATTER = defprim(
+POOL_SCATTER: Primitive = defprim(
     "nn.pool_scatter",
     _scatter_fwd,
     lambda gg, ans, g, idx, overlap, in_hw: apply(POOL_GATHER, gg, idx=idx, overlap=overlap),
@@ -133,7 +133,7 @@ def _sum_pool_grad_fwd(g: Any, geom: Geom) -> Any:
 SUM_POOL = defprim(
     "nn.sum_pool2d", _sum_pool_fwd, lambda g, ans, x, geom: apply(SUM_POOL_GRAD, g, geom=geom)
 )
-SUM_POOL_GRAD = defprim(
+SUM_POOL_GRAD: Primitive = defprim(
     "nn.sum_pool2d_grad",
     _sum_pool_grad_fwd,
     lambda gg, ans, g, geom: apply(SUM_POOL, gg, geom=geom),
@@ -254,13 +254,13 @@ MAX_POOL = defprim(
     (0, OUT),
 )
 # the gradient routed to each window's first maximum (linear in g); _SELECT is its adjoint
-MAX_POOL_GRAD = defprim(
+MAX_POOL_GRAD: Primitive = defprim(
     "nn.max_pool2d_grad",
     _max_pool_grad_fwd,
     (lambda gg, ans, g, x, out, geom: apply(MAX_POOL_SELECT, gg, x, out, geom=geom), None, None),
     (1, 2),
 )
-MAX_POOL_SELECT = defprim(
+MAX_POOL_SELECT: Primitive = defprim(
     "nn.max_pool2d_select",
     _max_pool_select_fwd,
     (lambda g, ans, gg, x, out, geom: apply(MAX_POOL_GRAD, g, x, out, geom=geom), None, None),
@@ -335,7 +335,7 @@ def max_pool1d(
     return S.squeeze(res, -2)
 
 
-def _divisor(geom: Geom, p: tuple[int, int], count_include_pad: bool, dtype: Any) -> Any:
+def _divisor(geom: Geom, p: tuple[int, ...], count_include_pad: bool, dtype: Any) -> Any:
     """PyTorch's avg-pool divisor per output position, as an (Ho, Wo) array."""
     counts = []
     for v, k, s, pp, o in zip(

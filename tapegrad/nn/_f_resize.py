@@ -159,8 +159,8 @@ def interpolate(
         if ac:
             src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
         else:
-            scale = 1.0 / sf[k] if sf[k] else n / o
-            src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+            lin_scale = float(1.0 / sf[k]) if sf[k] else n / o
+            src = np.maximum((dst + 0.5) * lin_scale - 0.5, 0.0)
         i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
         i1 = np.minimum(i0 + 1, n - 1)
         w1 = (src - i0).astype(x.dtype)

@@ -154,7 +154,7 @@ class MultiheadAttention(Module):
                 return qkv[0], qkv[1], qkv[2]
             wq, wk, wv = w[:E], w[E : 2 * E], w[2 * E :]
         else:
-            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight  # type: ignore[assignment]
         bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
         out = []
         for x, wi, bi in ((query, wq, bq), (key, wk, bk), (value, wv, bv)):
