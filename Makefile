@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 demo: $(STAMP)
+	@command -v dot >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		(apt-get install -y -q graphviz >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q graphviz >/dev/null 2>&1)); } || \
+		echo "graphviz's dot is not installed: the tape picture stays DOT source"
 	$(BIN)/python examples/multimodal.py
 
 test: $(STAMP)
