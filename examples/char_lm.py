@@ -21,7 +21,9 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -33,12 +35,12 @@ from tapegrad import nn
 # -- config -----------------------------------------------------------------------------------
 @dataclass
 class Config:
-    steps: int = 1500         # optimizer updates
+    steps: int = 1000         # optimizer updates
     batch_size: int = 32
     block_size: int = 64      # context length, in characters
     n_layer: int = 2
     n_head: int = 4
-    n_embd: int = 96
+    n_embd: int = 64
     dropout: float = 0.0
     lr: float = 3e-3          # peak of a warmup + cosine schedule (AdamW)
     warmup: int = 100
@@ -50,6 +52,11 @@ class Config:
     temperature: float = 0.8
     seed: int = 0
     out: str = "runs/char_lm"
+
+
+# --small (and the tests): a few seconds; a narrower model on the first 50,000 characters
+SMALL = {"steps": 60, "eval_interval": 30, "eval_batches": 2, "n_embd": 32, "max_chars": 50_000,
+         "sample_chars": 20}
 
 
 # -- data: docstrings from the standard library ------------------------------------------------
@@ -68,18 +75,24 @@ def stdlib_docs(max_chars: int = 0) -> str:
     """Module, class and function docstrings of MODULES, ASCII only, in a fixed order."""
     parts = []
     for name in MODULES:
-        mod = importlib.import_module(name)
-        if mod.__doc__:
-            parts.append(inspect.cleandoc(mod.__doc__))
-        for attr, obj in sorted(vars(mod).items()):
-            if attr.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
-                continue
-            if inspect.isfunction(obj) or inspect.isclass(obj):
-                doc = inspect.getdoc(obj)
-                if doc:
-                    parts.append(doc)
+        with warnings.catch_warnings():  # some modules warn on import or attribute access
+            warnings.simplefilter("ignore")
+            parts += module_docs(importlib.import_module(name))
     text = "\n\n".join(parts).encode("ascii", "ignore").decode()
     return text[:max_chars] if max_chars else text
+
+
+def module_docs(mod: ModuleType) -> list[str]:
+    """The module's docstring, then its public functions' and classes' (those defined there)."""
+    parts = [inspect.cleandoc(mod.__doc__)] if mod.__doc__ else []
+    for attr, obj in sorted(vars(mod).items()):
+        if attr.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
+            continue
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            doc = inspect.getdoc(obj)
+            if doc:
+                parts.append(doc)
+    return parts
 
 
 class CharVocab:
@@ -97,7 +110,9 @@ class CharVocab:
         return len(self.itos)
 
 
-def get_batch(data: np.ndarray, cfg: Config, rng: np.random.Generator) -> tuple[tg.Tensor, tg.Tensor]:
+def get_batch(
+    data: np.ndarray, cfg: Config, rng: np.random.Generator
+) -> tuple[tg.Tensor, tg.Tensor]:
     """Random windows: inputs (B, T) and the same windows shifted by one character."""
     start = rng.integers(0, len(data) - cfg.block_size - 1, cfg.batch_size)
     idx = start[:, None] + np.arange(cfg.block_size)  # (B, T)
@@ -159,15 +174,20 @@ class GPT(nn.Module):
             x = block(x)
         return self.lm_head(self.ln_f(x))  # (B, T, vocab) logits
 
-    def generate(self, ids: np.ndarray, n: int, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    def generate(
+        self, ids: np.ndarray, n: int, temperature: float, rng: np.random.Generator
+    ) -> np.ndarray:
         """Append ``n`` sampled characters to the (T,) prompt ``ids``."""
         out = list(ids)
+        was_training = self.training
+        self.eval()  # no dropout while sampling
         with tg.no_grad():
             for _ in range(n):
                 ctx = tg.tensor(np.array(out[-self.block_size :])[None])  # (1, T)
                 logits = self(ctx)[0, -1].numpy().astype(np.float64) / temperature
                 p = np.exp(logits - logits.max())
                 out.append(int(rng.choice(len(p), p=p / p.sum())))
+        self.train(was_training)
         return np.array(out)
 
 
@@ -179,8 +199,9 @@ def estimate_loss(model: GPT, data: np.ndarray, cfg: Config, seed: int) -> float
         losses = []
         for _ in range(cfg.eval_batches):
             x, y = get_batch(data, cfg, rng)
-            logits = model(x)
-            losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item())
+            logits = model(x)  # (B, T, vocab)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            losses.append(loss.item())
     model.train()
     return float(np.mean(losses))
 
@@ -226,13 +247,13 @@ def main(cfg: Config, quiet: bool = False) -> dict:
     train_data, val_data = data[:n_train], data[n_train:]
 
     model = GPT(cfg, len(vocab))
-    # weight decay on matrices only, not on biases, norms or embeddings' positions
+    # weight decay on the matrices (weights, embeddings), not on biases or norm gains (nanoGPT)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = tg.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                           {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
-    sched = tg.optim.WarmupCosine(opt, warmup_steps=min(cfg.warmup, cfg.steps // 5), total_steps=cfg.steps,
-                                 min_lr=cfg.lr / 10)
+    sched = tg.optim.WarmupCosine(opt, warmup_steps=min(cfg.warmup, cfg.steps // 5),
+                                  total_steps=cfg.steps, min_lr=cfg.lr / 10)
     if not quiet:
         print(f"{len(text)} characters of docstrings, vocabulary {len(vocab)}, "
               f"{model.num_parameters()} parameters")
@@ -288,16 +309,14 @@ def main(cfg: Config, quiet: bool = False) -> dict:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--small", action="store_true", help="a hundred steps, for tests")
+    ap.add_argument("--small", action="store_true", help="SMALL: seconds, as the tests run it")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument("--n-layer", type=int, dest="n_layer")
     ap.add_argument("--n-embd", type=int, dest="n_embd")
     ap.add_argument("--out")
     a = ap.parse_args()
-    cfg = Config()
-    if a.small:
-        cfg.steps, cfg.eval_interval, cfg.sample_chars = 100, 25, 100
+    cfg = Config(**SMALL) if a.small else Config()
     for k in ("steps", "lr", "n_layer", "n_embd", "out"):
         if getattr(a, k) is not None:
             setattr(cfg, k, getattr(a, k))

@@ -28,7 +28,7 @@ import tapegrad as tg
 from tapegrad import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gan import mode_metrics, ring_centers, sample_real  # noqa: E402  (the same 2-D data)
+from gan import mlp, mode_metrics, ring_centers, sample_real  # noqa: E402  (same data, same MLPs)
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -37,11 +37,11 @@ class Config:
     steps: int = 1000         # generator updates
     n_critic: int = 5         # critic updates per generator update
     batch_size: int = 256
-    lr: float = 1e-4          # Adam, both models (the paper's toy settings)
+    lr: float = 1e-3          # Adam, both models, decaying linearly to 0
     betas: tuple[float, float] = (0.5, 0.9)
-    gp_weight: float = 1.0    # lambda, the penalty's weight
+    gp_weight: float = 1.0    # lambda, the penalty's weight (10 oscillates at this lr)
     latent: int = 8
-    hidden: int = 256
+    hidden: int = 128
     radius: float = 2.0       # the data, as in gan.py
     std: float = 0.02
     modes: int = 8
@@ -51,13 +51,8 @@ class Config:
     out: str = "runs/gradient_penalty"
 
 
-def mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(n_in, hidden), nn.ReLU(),
-        nn.Linear(hidden, hidden), nn.ReLU(),
-        nn.Linear(hidden, hidden), nn.ReLU(),
-        nn.Linear(hidden, n_out),
-    )
+# --small (and the tests): a few seconds
+SMALL = {"steps": 60, "eval_samples": 1000}
 
 
 def input_gradient_norms(critic: nn.Module, x_hat: tg.Tensor) -> tg.Tensor:
@@ -68,7 +63,7 @@ def input_gradient_norms(critic: nn.Module, x_hat: tg.Tensor) -> tg.Tensor:
         # each row's critic value depends on its own row only, so the gradient of the sum
         # holds every row's gradient
         total = critic(x_hat).sum()
-    # If an outer tape is recording (it is, in train_critic), this backward pass is recorded on
+    # If an outer tape is recording (it is, in critic_step), this backward pass is recorded on
     # it: the returned gradient is a function of the critic's parameters that it can
     # differentiate again.
     grad_x = inner.gradient(total, x_hat)  # (B, 2)
@@ -76,20 +71,22 @@ def input_gradient_norms(critic: nn.Module, x_hat: tg.Tensor) -> tg.Tensor:
 
 
 # -- pictures ---------------------------------------------------------------------------------
-def plot(G: nn.Module, D: nn.Module, history: dict, norms: np.ndarray, cfg: Config, path: str) -> None:
+def plot(
+    G: nn.Module, D: nn.Module, history: dict, norms: np.ndarray, cfg: Config, path: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
     lim = cfg.radius * 1.6
     grid = np.linspace(-lim, lim, 120, dtype=np.float32)
     gx, gy = np.meshgrid(grid, grid)
     with tg.no_grad():
         pts = G(tg.randn(cfg.eval_samples, cfg.latent)).numpy()
         crit = D(tg.tensor(np.stack([gx.ravel(), gy.ravel()], 1))).numpy().reshape(gx.shape)
-    ax = axes[0]
+    ax = axes[0, 0]
     cs = ax.contourf(gx, gy, crit, levels=20, cmap="Blues", alpha=0.8)
     fig.colorbar(cs, ax=ax, label="critic value")
     c = ring_centers(cfg)
@@ -97,27 +94,31 @@ def plot(G: nn.Module, D: nn.Module, history: dict, norms: np.ndarray, cfg: Conf
     ax.scatter(c[:, 0], c[:, 1], s=60, marker="x", c="black", label="real modes")
     m = mode_metrics(pts, cfg)
     ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xlabel="x1", ylabel="x2",
-           title=f"Samples over the critic: {m['modes_covered']}/{cfg.modes} modes covered")
+           title=f"Samples over the critic ({m['modes_covered']}/{cfg.modes} modes covered "
+           "within 3 std)")
     ax.legend(loc="upper left", fontsize=8, markerscale=2)
 
-    ax = axes[1]
     steps = np.arange(1, len(history["penalty"]) + 1)
     w = max(1, len(steps) // 60)  # moving average over critic updates
     smooth = lambda v: np.convolve(v, np.ones(w) / w, mode="valid")
-    ax.plot(steps[w - 1 :], smooth(history["penalty"]), color="#cc0000", label="penalty (||g|| - 1)^2")
-    ax.plot(steps[w - 1 :], smooth(history["w_estimate"]), color="#3465a4",
-            label="Wasserstein estimate E[D(real)] - E[D(fake)]")
+    ax = axes[0, 1]
+    ax.plot(steps[w - 1 :], smooth(history["penalty"]), color="#cc0000")
     ax.set_yscale("log")
-    ax.set(xlabel="critic update", ylabel="value (moving average, log scale)",
-           title="Gradient penalty and critic's distance estimate")
+    ax.set(xlabel="critic update", ylabel="(||g|| - 1)^2, moving average (log scale)",
+           title="Gradient penalty at x_hat")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
 
-    ax = axes[2]
+    ax = axes[1, 0]
+    ax.plot(steps[w - 1 :], smooth(history["w_estimate"]), color="#3465a4")
+    ax.set(xlabel="critic update", ylabel="E[D(real)] - E[D(fake)], moving average",
+           title="The critic's estimate of the Wasserstein distance")
+    ax.grid(alpha=0.3)
+
+    ax = axes[1, 1]
     ax.hist(norms, bins=40, color="#4e9a06", alpha=0.8)
     ax.axvline(1.0, color="black", ls="--", label="target norm 1")
-    ax.set(xlabel="||d critic / d x_hat||", ylabel="count",
-           title="Critic gradient norms at x_hat, end of training")
+    ax.set(xlabel="||d critic / d x_hat||", ylabel="count of x_hat",
+           title="Critic gradient norms at fresh x_hat, end of training")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -141,6 +142,7 @@ def main(cfg: Config, quiet: bool = False) -> dict:
     D = mlp(2, cfg.hidden, 1)
     opt_g = tg.optim.Adam(G.parameters(), lr=cfg.lr, betas=cfg.betas)
     opt_d = tg.optim.Adam(D.parameters(), lr=cfg.lr, betas=cfg.betas)
+    scheds = [tg.optim.LinearLR(o, 1.0, 0.0, cfg.steps) for o in (opt_g, opt_d)]
     history: dict[str, list] = {"penalty": [], "w_estimate": [], "grad_norm": []}
 
     def critic_step() -> None:
@@ -167,6 +169,8 @@ def main(cfg: Config, quiet: bool = False) -> dict:
             tape.watch(G)  # D's parameters are constants here: only G is updated
             loss_g = -D(G(tg.randn(cfg.batch_size, cfg.latent))).mean()
         opt_g.step(tape.gradient(loss_g, G))
+        for sched in scheds:
+            sched.step()
         bar.set_postfix(gp=f"{history['penalty'][-1]:.4f}", w=f"{history['w_estimate'][-1]:.3f}")
 
     # the penalty and the gradient norms on fresh interpolates, at the end
@@ -209,14 +213,12 @@ def main(cfg: Config, quiet: bool = False) -> dict:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--small", action="store_true", help="a hundred steps, for tests")
+    ap.add_argument("--small", action="store_true", help="SMALL: seconds, as the tests run it")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--gp-weight", type=float, dest="gp_weight")
     ap.add_argument("--out")
     a = ap.parse_args()
-    cfg = Config()
-    if a.small:
-        cfg.steps = 100
+    cfg = Config(**SMALL) if a.small else Config()
     for k in ("steps", "gp_weight", "out"):
         if getattr(a, k) is not None:
             setattr(cfg, k, getattr(a, k))

@@ -7,9 +7,10 @@
 A port of dfdx's `05-optim.rs`. The model is Linear(5, 32), ReLU, Linear(32, 32), ReLU,
 Linear(32, 2), Tanh; the data is one random (3, 5) input and one random (3, 2) target; the loss
 is their mean squared error (the Tanh output cannot reach a target beyond +-1, so the loss levels
-off above zero, at a floor the script prints). The first update is written dfdx-style (`x.trace(tape)` puts the
-input on a tape, `loss.backward()` returns the gradients); the rest use the `with tg.Tape()`
-block, which records the same thing. Writes a checkpoint into --out (runs/optim_intro).
+off above zero, at a floor the script prints). The first update is written dfdx-style
+(`x.trace(tape)` puts the input on a tape, `loss.backward()` returns the gradients); the rest use
+the `with tg.Tape()` block, which records the same thing. Writes a checkpoint into --out
+(runs/optim_intro).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Config:
     momentum: float = 0.9
     seed: int = 0
     out: str = "runs/optim_intro"
+
+
+# --small: the 5 updates of dfdx's example
+SMALL = {"steps": 5}
 
 
 def mlp() -> nn.Sequential:
@@ -95,9 +100,7 @@ if __name__ == "__main__":
     ap.add_argument("--lr", type=float)
     ap.add_argument("--out")
     a = ap.parse_args()
-    cfg = Config()
-    if a.small:
-        cfg.steps = 5
+    cfg = Config(**SMALL) if a.small else Config()
     for k in ("steps", "lr", "out"):
         if getattr(a, k) is not None:
             setattr(cfg, k, getattr(a, k))
