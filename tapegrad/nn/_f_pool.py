@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import np, xp_of
-from .._tape import Primitive, OUT, apply, defprim
+from .._tape import OUT, Primitive, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
