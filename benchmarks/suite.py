@@ -125,19 +125,19 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     return sum(v[:8]) - idle, sum(v[:8])
 
 
-def _time_steps(bench: W.Bench, min_time: float) -> tuple[float, int, float | None]:
-    """One round: steps until ``min_time`` seconds have passed. Returns seconds per step, the
-    number of steps, and the share of the machine's CPU that other processes (and the
-    hypervisor, as steal) took meanwhile, when /proc/stat tells."""
+def _time_steps(bench: W.Bench, n: int, min_time: float) -> tuple[float, int, float | None]:
+    """One round: ``n`` steps, then more one at a time until ``min_time`` seconds have passed.
+    Returns seconds per step, the number of steps, and the share of the machine's CPU that
+    other processes (and the hypervisor, as steal) took meanwhile, when /proc/stat tells."""
     j0, c0 = _cpu_jiffies(), os.times()
     t0 = time.perf_counter()
-    n = 0
-    while True:
+    out = None
+    for _ in range(n):
         out = bench.step()
-        n += 1
-        if time.perf_counter() - t0 >= min_time:
-            break
     bench.value(out)  # JAX dispatches asynchronously: wait for the last step
+    while time.perf_counter() - t0 < min_time:  # the estimate of n was short
+        bench.value(bench.step())
+        n += 1
     dt = time.perf_counter() - t0
     j1, c1 = _cpu_jiffies(), os.times()
     load = None
@@ -204,6 +204,11 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
     if key == "g":
         benches["numpy-gemm"] = _gemm_bench(tiny)
     steps: dict[str, list[int]] = {fw: [] for fw in benches}
+    guess: dict[str, int] = {}  # steps for the next round, from the last round's pace
+    for fw, b in benches.items():
+        t0 = time.perf_counter()
+        b.value(b.step())
+        guess[fw] = max(1, int(min_time / (time.perf_counter() - t0)))
     waited = wait_for_quiet(max(0.0, deadline - time.perf_counter()), log)
     quiet: dict[str, list[float]] = {fw: [] for fw in benches}
     samples: dict[str, list[tuple[float, float | None]]] = {fw: [] for fw in benches}
@@ -216,8 +221,9 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
         for fw in todo[k:] + todo[:k]:  # rotate who goes first
             gc.collect()
             try:
-                t, n, load = _time_steps(benches[fw], min_time)
+                t, n, load = _time_steps(benches[fw], guess[fw], min_time)
                 steps[fw].append(n)
+                guess[fw] = max(1, int(min_time / t))
             except Exception as e:
                 res["errors"][fw] = f"{type(e).__name__}: {e}"
                 continue
