@@ -5,13 +5,17 @@
     python benchmarks/suite.py --blas-env    # also re-run (g) with OPENBLAS_CORETYPE and
                                              # OPENBLAS_L2_SIZE unset, in a subprocess
     python benchmarks/suite.py --only b,g    # some workloads (no file written unless --out)
+    python benchmarks/suite.py --from-json benchmarks/results.json   # re-render the report
 
 Each workload (see workloads.py) runs one full training step (forward, backward, SGD update)
 per framework from the same weights and batch. Rounds alternate between frameworks (the order
 rotates each round); each round times enough steps to last ``--min-time`` seconds, and the
-report gives the median per-step time over the rounds. Ratios are tapegrad's steps/s over the
-peer's (above 1: tapegrad is faster). Peak memory is measured in a fresh subprocess per
-(framework, workload): the rise of the peak RSS over a few steps after a warm-up step.
+report gives the median per-step time over the rounds. A round during which other processes
+took more than MAX_LOAD of the CPU is set aside and re-run once the machine is quiet (waiting at
+most ``--max-wait`` seconds per workload); ratios that rest on busy rounds are marked. Ratios
+are tapegrad's steps/s over the peer's (above 1: tapegrad is faster). Peak memory is measured
+in a fresh subprocess per (framework, workload): the rise of the peak RSS over a few steps
+after warm-up steps.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ MEMORY_TARGET = 1.01  # peak memory per step over PyTorch's: at most equal (with
 MEMORY_FLOOR = 1 << 20  # below 1 MB on both sides a rise is page and allocator noise
 OVERHEAD_TARGETS = {"recorded": 1.0, "untraced": 0.5}  # benchmarks/overhead.py's, as speed ratios
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-PEERS = {"torch": "PyTorch eager", "jax": "JAX jit", "numpy": "numpy by hand"}
 MAX_LOAD = 0.15  # a round is "quiet" when other processes took at most this share of the CPU
 WARMUP_STEPS = 3  # tg.compile captures twice before it replays
 MEMORY_STEPS = 3
@@ -633,7 +636,18 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             "tapegrad `state_dict`, and a JAX twin; plain SGD here, not the example's AdamW.",
             "- (f) is `benchmarks/overhead.py`: one 4-element multiply, recorded on a tape vs "
             "PyTorch autograd, and untraced vs numpy and PyTorch without autograd.",
-            "- Raw numbers (every round) are in `benchmarks/results.json`.", ""]
+            "- Load guard: the machine is shared. A round during which other processes (or the "
+            "hypervisor, as steal time) took more than "
+            f"{100 * results['config'].get('max_load', MAX_LOAD):.0f}% of the CPU (from "
+            "`/proc/stat`, less this process's own CPU time) is set aside and re-run once the "
+            "machine is quiet, waiting at most "
+            f"{results['config'].get('max_wait', 0):.0f} s per workload. Under such load, "
+            "two-thread OpenBLAS (numpy, tapegrad) and PyTorch's OpenMP pool slow down by 10x "
+            "or more while JAX's pool barely does, so busy rounds say nothing about the "
+            "libraries; ratios that had to use them are marked †.",
+            "- Raw numbers (every round, with the load during it) are in "
+            "`benchmarks/results.json`; `python benchmarks/suite.py --from-json "
+            "benchmarks/results.json` re-renders this page.", ""]
     return "\n".join(out)
 
 
@@ -685,6 +699,25 @@ def plot(results: dict[str, Any], path: str | Path) -> None:
 
 
 # -- main ------------------------------------------------------------------------------------
+def write_report(results: dict[str, Any], out: str | None, json_path: str | None) -> None:
+    """Print the markdown; write it to ``out`` with the chart beside it, and the raw JSON."""
+    chart = None
+    if out:
+        png = HERE / "results.png" if Path(out).resolve() == ROOT / "BENCHMARKS.md" else \
+            Path(out).with_suffix(".png")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        plot(results, png)
+        chart = os.path.relpath(png, Path(out).resolve().parent)
+    md = render_markdown(results, chart)
+    print()
+    print(md)
+    if out:
+        Path(out).write_text(md)
+        print(f"wrote {out} and {chart}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="workloads a, b, f; fewer rounds")
@@ -701,6 +734,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="also run (g) with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset")
     ap.add_argument("--out", help="markdown report (default BENCHMARKS.md for a full run)")
     ap.add_argument("--json", help="raw results (default benchmarks/results.json with --out)")
+    ap.add_argument("--from-json", metavar="RESULTS",
+                    help="re-render the report and chart from a saved results.json; no timing")
     ap.add_argument("--memory-child", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"),
                     help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -711,6 +746,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.memory_child:
         print(json.dumps(memory_child(*args.memory_child)))
         return {}
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+        write_report(results, args.out or str(ROOT / "BENCHMARKS.md"), None)
+        return results
     keys = ["a", "b", "f"] if args.quick else ["a", "b", "c", "d", "e", "f", "g"]
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
@@ -763,21 +802,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["blas_env"] = run_blas_env(rounds, min_time, max_wait)
     machine["loadavg_end"] = _loadavg()
 
-    chart = None
-    if out:
-        png = HERE / "results.png" if Path(out).resolve() == ROOT / "BENCHMARKS.md" else \
-            Path(out).with_suffix(".png")
-        png.parent.mkdir(parents=True, exist_ok=True)
-        plot(results, png)
-        chart = os.path.relpath(png, Path(out).resolve().parent)
-    md = render_markdown(results, chart)
-    print()
-    print(md)
-    if out:
-        Path(out).write_text(md)
-        print(f"wrote {out} and {chart}")
-    if json_path:
-        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    write_report(results, out, json_path)
     return results
 
 
