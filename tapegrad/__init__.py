@@ -9,6 +9,7 @@
 """
 
 from . import (
+    _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
     data,
     nn,
@@ -71,6 +72,8 @@ from ._tape import (
 from ._tensor import Parameter, Tensor, is_tensor
 from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
+
+_malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TUNE_MALLOC=0)
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)

@@ -14,6 +14,7 @@ which is how higher-order derivatives work.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -32,6 +33,9 @@ _GRAD_ENABLED = True
 _SCOPE: list[str] = []
 # While not None, ``apply`` appends (prim, inputs, params, out) for every call (tg.compile).
 _CAPTURE: list[Any] | None = None
+# The tapes recording right now, however they were opened. While none is, nothing a backward
+# pass computes can be recorded, so backward runs the primitives' array VJPs (``raw``).
+_RECORDING: weakref.WeakSet[Tape] = weakref.WeakSet()
 
 _new_tensor = Tensor.__new__
 
@@ -43,9 +47,16 @@ class Primitive:
     gradient ``g``; ``ans`` and ``args`` are Tensors, and only what ``save`` lists is passed
     (the rest is None), so a VJP cannot hold more memory than it declares. A ``None`` VJP says
     the input has no gradient; backward raises if such an input is asked for one.
+
+    ``raw`` (optional) holds the same VJPs on arrays: ``raw[i](g, ans, *args, **params)`` with
+    ``g``, ``ans`` and the tensor args as arrays, returning an array. Backward uses them when no
+    tape is recording (the backward pass itself need not be differentiable), which skips the
+    per-op bookkeeping of tensor ops; they must compute exactly what ``vjps`` compute.
     """
 
-    __slots__ = ("name", "fwd", "vjps", "save", "save_out", "save_args", "save_prefix")
+    __slots__ = (
+        "name", "fwd", "vjps", "raw", "joint", "save", "save_out", "save_args", "save_prefix"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -53,10 +64,19 @@ class Primitive:
         fwd: Callable[..., Any],
         vjps: tuple[Callable[..., Any] | None, ...],
         save: tuple[int, ...],
+        raw: Any = None,
     ) -> None:
         self.name = name
         self.fwd = fwd
         self.vjps = vjps
+        # ``joint(g, ans, *args, needs=..., **params)``: every input's array gradient in one
+        # call (a tuple; None where ``needs[i]`` is False), for VJPs that share work
+        self.joint = raw.fn if isinstance(raw, Joint) else None
+        if isinstance(raw, Joint):
+            raw = None
+        if raw is not None and len(raw) != len(vjps):
+            raise ValueError(f"defprim {name!r}: raw= needs one array VJP per VJP ({len(vjps)})")
+        self.raw = raw
         self.save = save
         self.save_out = OUT in save
         self.save_args = tuple(sorted(i for i in save if i != OUT))
@@ -71,18 +91,31 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {}
 
 
+class Joint:
+    """``defprim(..., raw=Joint(fn))``: the array VJPs as one function that returns every
+    input's gradient at once (``needs`` says which are wanted), when they share work."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+
 def defprim(
     name: str,
     fwd: Callable[..., Any],
     vjp: Callable[..., Any] | None | tuple[Callable[..., Any] | None, ...] = None,
     save: tuple[int, ...] = (),
+    raw: Any = None,
 ) -> Primitive:
     """Register a primitive. ``vjp`` is one function (one input) or a tuple (one per input).
 
     This is the stable extension point: a user-defined primitive gets gradients, higher-order
     derivatives and tape inspection like the built-in ones. Check it with
     ``tapegrad.testing.check_grads``. ``save`` lists what the VJPs read: input indices and
-    ``OUT``; anything else reaches them as None. A None VJP declares an input
+    ``OUT``; anything else reaches them as None. ``raw`` optionally gives the VJPs on arrays
+    (same layout as ``vjp``), or ``True`` when the VJPs use only operators and so work on arrays
+    as they are; backward prefers them when nothing records it. A None VJP declares an input
     non-differentiable: backward raises a TypeError naming the primitive if a gradient is ever
     needed there (rather than silently giving none), and so does a VJP that returns None.
 
@@ -99,7 +132,12 @@ def defprim(
     vjps = vjp if isinstance(vjp, tuple) else (vjp,)
     if name in PRIMITIVES:
         raise ValueError(f"defprim: a primitive named {name!r} is already registered")
-    p = Primitive(name, fwd, vjps, save)
+    raws = (
+        vjps
+        if raw is True
+        else (raw if isinstance(raw, (tuple, Joint)) or raw is None else (raw,))
+    )
+    p = Primitive(name, fwd, vjps, save, raws)
     PRIMITIVES[name] = p
     return p
 
@@ -684,6 +722,10 @@ class Tape:
     # -- opening and closing --------------------------------------------------------------------
     def _set_recording(self, flag: bool) -> None:
         self._recording = flag
+        if flag:
+            _RECORDING.add(self)
+        else:
+            _RECORDING.discard(self)
         if self._in_with:
             _sync_auto()
 
@@ -703,6 +745,7 @@ class Tape:
 
     def __exit__(self, *exc: Any) -> None:
         self._recording = False
+        _RECORDING.discard(self)
         if self._in_with:
             self._in_with = False
             with contextlib.suppress(ValueError):
@@ -804,7 +847,7 @@ class Tape:
         if sources is None:
             src_list: list[Tensor] | None = None
         elif module_req:
-            src_list = list(sources.parameters())
+            src_list = sources._parameter_list()
         elif isinstance(sources, Tensor):
             src_list = [sources]
         elif isinstance(sources, (list, tuple)):
@@ -978,6 +1021,18 @@ class Tape:
         free = not self.persistent
         was_recording = self._recording
         self._set_recording(False)  # backward ops are never recorded on the tape they walk
+        if _CAPTURE is None and (not _RECORDING or not _GRAD_ENABLED):
+            # Nothing can record this pass: run it on arrays (see Primitive.raw).
+            try:
+                raw = self._backward_arrays(
+                    {tid: g._data for tid, g in seeds.items()}, needed, keep, info, free
+                )
+            finally:
+                if free:
+                    self._release()
+                else:
+                    self._set_recording(was_recording)
+            return {tid: _wrap(a) for tid, a in raw.items()}
         try:
             for k in range(len(nodes) - 1, -1, -1):
                 rec = nodes[k]
@@ -1034,6 +1089,88 @@ class Tape:
             else:
                 self._set_recording(was_recording)
         results.update(grads)  # leaves keep their gradients in `grads`
+        return results
+
+    def _backward_arrays(
+        self,
+        grads: dict[int, Any],
+        needed: Any,
+        keep: set[int],
+        info: dict[int, tuple[Any, Any]],
+        free: bool,
+    ) -> dict[int, Any]:
+        """``_backward`` on arrays, for a pass that no tape records: a primitive's ``raw`` VJPs
+        where it has them, else its tensor VJPs on wrapped arrays (nothing records either)."""
+        nodes = self._nodes
+        results: dict[int, Any] = {}
+        for k in range(len(nodes) - 1, -1, -1):
+            rec = nodes[k]
+            if rec is None:
+                continue
+            if free:
+                nodes[k] = None
+            prim, ins, tid, _, _, ans, args, params, versions, _ = rec
+            g = grads.pop(tid, None)
+            if g is None:
+                continue
+            if tid in keep:
+                results[tid] = g
+            if args is None:
+                args = (None,) * len(ins)
+            else:
+                v = 0
+                for x in args:
+                    if isinstance(x, Tensor):
+                        v += x._version
+                if v != versions:
+                    _check_versions(rec)
+            if ans is not None and ans._version:
+                _check_versions(rec)
+            raws = prim.raw
+            joint = None
+            if raws is not None or prim.joint is not None:
+                a_ans = None if ans is None else ans._data
+                a_args = [x._data if isinstance(x, Tensor) else x for x in args]
+                if prim.joint is not None:
+                    needs = tuple(
+                        e is not None and (e if type(e) is int else e._tid) in needed for e in ins
+                    )
+                    joint = prim.joint(g, a_ans, *a_args, needs=needs, **params)
+            else:
+                tg = _wrap(g)
+            for i, e in enumerate(ins):
+                if e is None:
+                    continue
+                itid = e if type(e) is int else e._tid
+                if itid not in needed:
+                    continue
+                if joint is not None:
+                    gi = joint[i]
+                    if gi is None:
+                        raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                elif raws is not None:
+                    vjp = raws[i] if i < len(raws) else None
+                    if vjp is None:
+                        raise _no_vjp_error(rec, i, info[itid])
+                    gi = vjp(g, a_ans, *a_args, **params)
+                    if gi is None:
+                        raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                else:
+                    vjp = prim.vjps[i] if i < len(prim.vjps) else None
+                    if vjp is None:
+                        raise _no_vjp_error(rec, i, info[itid])
+                    gt = vjp(tg, ans, *args, **params)
+                    if gt is None:
+                        raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                    gi = gt._data if isinstance(gt, Tensor) else gt
+                shape, dtype = info[itid]
+                if gi.shape != shape:
+                    gi = _unbroadcast_array(gi, shape, prim.name)
+                if gi.dtype is not dtype and gi.dtype != dtype:
+                    gi = gi.astype(dtype)
+                prev = grads.get(itid)
+                grads[itid] = gi if prev is None else prev + gi
+        results.update(grads)
         return results
 
     # -- release --------------------------------------------------------------------------------
@@ -1172,6 +1309,24 @@ def _no_vjp_error(
         f"Tape.gradient: cannot differentiate through primitive '{name}'{_where(rec)}: {why}, "
         f"but that input needs a gradient. Fix: {fix}."
     )
+
+
+def _unbroadcast_array(g: Any, shape: tuple[int, ...], opname: str) -> Any:
+    """``_unbroadcast`` on an array (the same sums, so the same numbers)."""
+    lead = g.ndim - len(shape)
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[lead:], strict=True)):
+        raise ValueError(
+            f"Tape.gradient: the VJP of '{opname}' returned a gradient of shape "
+            f"{tuple(g.shape)}, which does not broadcast to its input's shape {tuple(shape)}"
+        )
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1
+    )
+    if axes:
+        g = np.sum(g, axis=axes, keepdims=True)
+    if g.shape != shape:
+        g = np.reshape(g, shape)
+    return g
 
 
 def _unbroadcast(g: Tensor, shape: tuple[int, ...], opname: str) -> Tensor:

@@ -232,10 +232,10 @@ add(
     row("clip/tensor_bounds", None, tg.clip, torch.clamp, (A, grid(0.25)), ((4,), grid(-0.45)), ((3, 1), grid(0.6))),
     row("nan_to_num", None, tg.nan_to_num, torch.nan_to_num, ((6,), fixed([1.0, np.nan, np.inf, -np.inf, -2.0, 0.5])), order=0),
     row("nan_to_num/values", None, lambda x: tg.nan_to_num(x, nan=1.0, posinf=9.0, neginf=-9.0), lambda x: torch.nan_to_num(x, nan=1.0, posinf=9.0, neginf=-9.0), ((6,), fixed([1.0, np.nan, np.inf, -np.inf, -2.0, 0.5])), order=0),
-    row("softmax", None, lambda x: tg.softmax(x, axis=-1), lambda x: torch.softmax(x, -1), (B, R)),
+    row("softmax", "softmax", lambda x: tg.softmax(x, axis=-1), lambda x: torch.softmax(x, -1), (B, R)),
     row("softmax/axis0", None, lambda x: tg.softmax(x, axis=0), lambda x: torch.softmax(x, 0), (B, R)),
     row("softmax/large", None, lambda x: tg.softmax(x + 1e4, axis=-1), lambda x: torch.softmax(x + 1e4, -1), (A, R), tol64=(1e-9, 1e-12), eps=1e-4, grad_tol=(1e-4, 1e-6)),
-    row("log_softmax", None, lambda x: tg.log_softmax(x, axis=1), lambda x: torch.log_softmax(x, 1), (B, R)),
+    row("log_softmax", "log_softmax", lambda x: tg.log_softmax(x, axis=1), lambda x: torch.log_softmax(x, 1), (B, R)),
     row("log_softmax/large", None, lambda x: tg.log_softmax(x * 1e4, axis=-1), lambda x: torch.log_softmax(x * 1e4, -1), (A, distinct(0.5)), tol64=(1e-9, 1e-9), order=1),
 )
 

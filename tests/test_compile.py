@@ -44,6 +44,12 @@ CASES = {
     "mlp-sgd": (_mlp, lambda p: tg.optim.SGD(p, lr=0.05, momentum=0.9), (64, 5), (64, 2)),
     "mlp-adam": (_mlp, lambda p: tg.optim.Adam(p, lr=1e-2), (16, 5), (16, 2)),
     "cnn-sgd": (_cnn, lambda p: tg.optim.SGD(p, lr=0.05), (8, 1, 8, 8), (8, 3)),
+    "transformer-adam": (
+        lambda: nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True),
+        lambda p: tg.optim.Adam(p, lr=1e-3),
+        (4, 5, 8),
+        (4, 5, 8),
+    ),
 }
 
 

@@ -767,6 +767,14 @@ def _prim_rows():
             lambda x: F.nll_loss(x, tg.tensor([[1, 0]]), weight=tg.tensor([1.0, 2.0, 3.0])),
             [tg.tensor(_rand(rng, (1, 3, 2)))],
         ),
+        "nn.layer_norm": (
+            lambda x, w, b: F.layer_norm(x, (5, 4), w, b),
+            [x4, tg.tensor(_rand(rng, (5, 4))), tg.tensor(_rand(rng, (5, 4)))],
+        ),
+        "nn.mse_loss": (
+            lambda x, t: F.mse_loss(x, t) + F.mse_loss(t, x, reduction="sum"),
+            [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
+        ),
         "nn.cross_entropy": (
             lambda x: F.cross_entropy(x, tg.tensor([1, 0, 2])),
             [tg.tensor(_rand(rng, (3, 4)))],

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .._backend import np, xp_of
-from .._tape import Primitive, apply, defprim
+from .._tape import Joint, Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -133,7 +133,33 @@ def _conv2d_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any, geom: Geom, group
     return R.sum(g, axis=(0, 2, 3))
 
 
-CONV2D = defprim("nn.conv2d", _conv2d_fwd, (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b), (0, 1))
+def _conv2d_raw(
+    g: Any, ans: Any, x: Any, w: Any, b: Any, *, geom: Geom, groups: int, needs: tuple[bool, ...]
+) -> tuple[Any, Any, Any]:
+    """The three VJPs above on arrays, sharing the one copy of ``g`` into the GEMM layout."""
+    n, o = g.shape[:2]
+    gm = g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
+    gx = gw = gb = None
+    if needs[0]:
+        wm = w.reshape(groups, o // groups, -1)
+        cols = np.matmul(wm.swapaxes(-1, -2), gm)
+        gx = _col2im_fwd(cols.reshape(-1, cols.shape[-1]), geom)
+    if needs[1]:
+        cols = _im2col_fwd(x, geom)
+        cols = cols.reshape(groups, -1, cols.shape[-1])
+        gw = np.matmul(gm, cols.swapaxes(-1, -2)).reshape(w.shape)
+    if len(needs) > 2 and needs[2]:
+        gb = np.sum(g, axis=(0, 2, 3))
+    return gx, gw, gb
+
+
+CONV2D = defprim(
+    "nn.conv2d",
+    _conv2d_fwd,
+    (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b),
+    (0, 1),
+    Joint(_conv2d_raw),
+)
 
 
 # --------------------------------------------------------------------------------------------

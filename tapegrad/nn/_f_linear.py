@@ -44,7 +44,28 @@ def _linear_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any) -> Tensor:
     return R.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
-LINEAR = defprim("nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1))
+def _linear_raw_x(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    if g.ndim <= 2:
+        return np.matmul(g, w)
+    return np.reshape(np.matmul(np.reshape(g, (-1, g.shape[-1])), w), x.shape)
+
+
+def _linear_raw_w(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    g2 = np.reshape(g, (-1, g.shape[-1]))
+    return np.matmul(g2.T, np.reshape(x, (-1, x.shape[-1])))
+
+
+def _linear_raw_b(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    return np.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
+
+
+LINEAR = defprim(
+    "nn.linear",
+    _linear_fwd,
+    (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b),
+    (0, 1),
+    (_linear_raw_x, _linear_raw_w, _linear_raw_b),
+)
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
@@ -55,6 +76,24 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     >>> F.linear(tg.ones((2, 3)), tg.ones((4, 3)), tg.zeros(4)).tolist()[0]
     [3.0, 3.0, 3.0, 3.0]
     """
+    if isinstance(input, Tensor) and isinstance(weight, Tensor):  # the common case, checked lean
+        xd, wd = input._data, weight._data
+        if (
+            xd.dtype is wd.dtype
+            and xd.dtype.kind == "f"
+            and wd.ndim == 2
+            and xd.ndim >= 1
+            and xd.shape[-1] == wd.shape[1]
+            and (
+                bias is None
+                or (
+                    isinstance(bias, Tensor)
+                    and bias._data.dtype is xd.dtype
+                    and bias._data.shape == (wd.shape[0],)
+                )
+            )
+        ):
+            return apply(LINEAR, input, weight, bias)
     x = float_input(input, "linear")
     w = float_input(weight, "linear", "weight")
     x, w = same_float(x, w)

@@ -443,6 +443,25 @@ def _weighted_mean(loss: Tensor, weight: Any, reduction: str, op: str) -> Tensor
     return R.sum(loss) / R.sum(w)
 
 
+# mse with 'mean' or 'sum': one primitive (the difference, square and sum would be four
+# recorded ops); it keeps its inputs, which are alive anyway, and recomputes the difference.
+def _mse_fwd(x: Any, t: Any, scale: float) -> Any:
+    d = x - t
+    return xp_of(x).asarray(np.sum(d * d) * scale, dtype=x.dtype)
+
+
+MSE = defprim(
+    "nn.mse_loss",
+    _mse_fwd,
+    (
+        lambda g, ans, x, t, scale: (g * (2.0 * scale)) * (x - t),
+        lambda g, ans, x, t, scale: (g * (-2.0 * scale)) * (x - t),
+    ),
+    (0, 1),
+    True,
+)
+
+
 def mse_loss(
     input: Any,
     target: Any,
@@ -461,6 +480,8 @@ def mse_loss(
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "mse_loss")
+    if weight is None and reduction in ("mean", "sum") and x.size:
+        return apply(MSE, x, t, scale=1.0 / x.size if reduction == "mean" else 1.0)
     d = x - t
     loss = d * d
     if weight is not None:

@@ -1,15 +1,21 @@
 """Normalisation: layer, batch, group and RMS norm, ``normalize`` and ``cosine_similarity``.
 
-All are compositions of tapegrad ops (no gradient code), so they differentiate to any order.
+``layer_norm`` is one primitive (``nn.layer_norm``: statistics, normalisation and the affine
+map in one forward; one backward that recomputes the two statistics from the input rather than
+keeping the normalised copy). Its VJPs are written once over an ops namespace, on tensors
+(differentiable, for higher order) and on arrays (the backward pass nothing records), with the
+same numbers either way. The others are compositions of tapegrad ops.
 """
 
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 from .._backend import np
+from .._tape import Joint, apply, defprim
 from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
@@ -29,6 +35,68 @@ def _standardize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, 
     d = x - mu
     var = R.mean(d * d, axis=axes, keepdims=True)
     return d * E.rsqrt(var + eps), mu
+
+
+_TENSOR_OPS = SimpleNamespace(
+    sum=lambda a, axes: R.sum(a, axis=axes, keepdims=True),
+    sum_lead=lambda a, axes: R.sum(a, axis=axes),
+    rsqrt=E.rsqrt,
+)
+_ARRAY_OPS = SimpleNamespace(
+    sum=lambda a, axes: np.sum(a, axis=axes, keepdims=True),
+    sum_lead=lambda a, axes: np.sum(a, axis=axes),
+    rsqrt=lambda a: 1.0 / np.sqrt(a),
+)
+
+
+def _ln_stats(x: Any, axes: tuple[int, ...], eps: float, ops: Any) -> tuple[Any, Any]:
+    """``(x - mean) * rstd`` and ``rstd`` over ``axes`` (biased variance)."""
+    inv_n = 1.0 / math.prod(x.shape[a] for a in axes)
+    d = x - ops.sum(x, axes) * inv_n
+    rstd = ops.rsqrt(ops.sum(d * d, axes) * inv_n + eps)
+    return d * rstd, rstd
+
+
+def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
+    y, _ = _ln_stats(x, axes, eps, _ARRAY_OPS)
+    if w is not None:
+        y *= w
+    if b is not None:
+        y += b
+    return y
+
+
+def _ln_grads(
+    g: Any, x: Any, w: Any, axes: tuple[int, ...], eps: float, needs: Any, ops: Any
+) -> tuple[Any, Any, Any]:
+    xhat, rstd = _ln_stats(x, axes, eps, ops)
+    lead = tuple(range(x.ndim - len(axes)))
+    gx = gw = gb = None
+    if needs[1]:
+        gw = ops.sum_lead(g * xhat, lead)
+    if needs[2]:
+        gb = ops.sum_lead(g, lead)
+    if needs[0]:
+        inv_n = 1.0 / math.prod(x.shape[a] for a in axes)
+        gy = g if w is None else g * w
+        gx = rstd * (gy - ops.sum(gy, axes) * inv_n - xhat * (ops.sum(gy * xhat, axes) * inv_n))
+    return gx, gw, gb
+
+
+def _ln_vjp(i: int) -> Any:
+    needs = tuple(k == i for k in range(3))
+    return lambda g, ans, x, w, b, axes, eps: _ln_grads(g, x, w, axes, eps, needs, _TENSOR_OPS)[i]
+
+
+LAYER_NORM = defprim(
+    "nn.layer_norm",
+    _ln_fwd,
+    (_ln_vjp(0), _ln_vjp(1), _ln_vjp(2)),
+    (0, 1),
+    Joint(
+        lambda g, ans, x, w, b, axes, eps, needs: _ln_grads(g, x, w, axes, eps, needs, _ARRAY_OPS)
+    ),
+)
 
 
 def _affine(y: Tensor, weight: Any, bias: Any, shape: tuple[int, ...], op: str) -> Tensor:
@@ -67,7 +135,12 @@ def layer_norm(
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and tuple(t.shape) != ns:
             raise ValueError(f"layer_norm: {name} must have shape {ns}, got {tuple(t.shape)}")
-    y, _ = _standardize(x, tuple(range(x.ndim - k, x.ndim)), eps)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    w = None if weight is None else float_input(weight, "layer_norm", "weight")
+    b = None if bias is None else float_input(bias, "layer_norm", "bias")
+    if x.size and all(t is None or t.dtype == x.dtype for t in (w, b)):
+        return apply(LAYER_NORM, x, w, b, axes=axes, eps=float(eps))
+    y, _ = _standardize(x, axes, eps)
     return _affine(y, weight, bias, ns, "layer_norm")
 
 

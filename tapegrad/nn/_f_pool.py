@@ -217,8 +217,45 @@ def _first_max(x: Any, out: Any, geom: Geom) -> Any:
     return arg
 
 
+def _tiled(geom: Geom) -> bool:
+    """Whether the windows tile the input: stride = kernel, no dilation, no padding."""
+    return (
+        geom.stride == geom.kernel
+        and geom.dilation == (1, 1)
+        and geom.padding == ((0, 0), (0, 0))
+    )
+
+
+def _max_pool_grad_tiled(g: Any, x: Any, out: Any, geom: Geom) -> Any:
+    """``_max_pool_grad_fwd`` for tiled windows: the input viewed as (N, C, Ho, kh, Wo, kw),
+    one comparison with the output per kernel offset, each window's first match taken."""
+    xp = xp_of(g)
+    n, c, h, w = geom.in_shape
+    (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
+    x6 = x[:, :, : ho * kh, : wo * kw].reshape(n, c, ho, kh, wo, kw)
+    acc = xp.empty((n, c, ho, kh, wo, kw), dtype=g.dtype)
+    taken = None
+    for i in range(kh):
+        for j in range(kw):
+            m = x6[:, :, :, i, :, j] == out
+            if taken is None:
+                taken = m
+            else:
+                m &= ~taken
+                taken |= m
+            xp.multiply(g, m, out=acc[:, :, :, i, :, j])
+    r = acc.reshape(n, c, ho * kh, wo * kw)
+    if (ho * kh, wo * kw) == (h, w):
+        return r
+    full = xp.zeros((n, c, h, w), dtype=g.dtype)  # rows and columns no window reaches
+    full[:, :, : ho * kh, : wo * kw] = r
+    return full
+
+
 def _max_pool_grad_fwd(g: Any, x: Any, out: Any, geom: Geom) -> Any:
     xp = xp_of(g)
+    if _tiled(geom):
+        return _max_pool_grad_tiled(g, x, out, geom)
     arg = _first_max(x, out, geom)
     n, c, h, w = geom.in_shape
     (pt, pb), (pl, pr) = geom.padding
@@ -252,6 +289,7 @@ MAX_POOL = defprim(
     _max_pool_fwd,
     lambda g, ans, x, geom: apply(MAX_POOL_GRAD, g, _const(x), _const(ans), geom=geom),
     (0, OUT),
+    lambda g, ans, x, geom: _max_pool_grad_fwd(g, x, ans, geom),
 )
 # the gradient routed to each window's first maximum (linear in g); _SELECT is its adjoint
 MAX_POOL_GRAD: Primitive = defprim(

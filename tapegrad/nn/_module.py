@@ -234,6 +234,13 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
+    def _parameter_list(self) -> list[Parameter]:
+        """``list(self.parameters())`` by a walk that builds no names (``tape.gradient(loss,
+        model)`` takes it every step)."""
+        out: list[Parameter] = []
+        _collect_params(self, out, set(), set(), set())
+        return out
+
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Tensor]]:
@@ -495,6 +502,46 @@ def _members_of(  # noqa: PLR0917 - the walk's state, passed down the recursion
     elif isinstance(v, dict):
         for k, item in v.items():
             yield from _members_of(item, f"{name}.{k}", f"{local}.{k}", owner, dedupe, seen, active)
+
+
+def _collect_params(
+    m: Module, out: list[Parameter], seen: set[int], mods: set[int], active: set[int]
+) -> None:
+    fields = m._fields()
+    for _, v in fields:
+        if isinstance(v, Parameter) and id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    active.add(id(m))
+    for _, v in fields:
+        if not isinstance(v, Tensor):
+            _collect_params_of(v, out, seen, mods, active)
+    active.discard(id(m))
+
+
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+
+
+def _collect_params_of(
+    v: Any, out: list[Parameter], seen: set[int], mods: set[int], active: set[int]
+) -> None:
+    if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
+        return
+    if isinstance(v, Parameter):
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    elif isinstance(v, Module):
+        if id(v) not in active and id(v) not in mods:
+            mods.add(id(v))
+            _collect_params(v, out, seen, mods, active)
+    elif isinstance(v, (list, tuple)):
+        for item in v:
+            if type(item) not in _ATOMS:
+                _collect_params_of(item, out, seen, mods, active)
+    elif isinstance(v, dict):
+        for item in v.values():
+            _collect_params_of(item, out, seen, mods, active)
 
 
 def _named_modules(

@@ -23,9 +23,10 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _unary(
-    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = ""
+    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = "", raw: Any = True
 ) -> Callable[[Any], Tensor]:
-    prim = defprim(name, fwd, vjp, save)
+    # raw=True: the VJP uses operators only, so it runs on arrays as written (Primitive.raw)
+    prim = defprim(name, fwd, vjp, save, raw)
 
     def op(x: Any) -> Tensor:
         return apply(prim, as_tensor(x))
@@ -58,9 +59,13 @@ def _zeros(g: Tensor) -> Tensor:
 # --- unary -----------------------------------------------------------------------------------
 neg = _unary("neg", np.negative, lambda g, ans, x: -g, ())
 sign = _unary(
-    "sign", np.sign, lambda g, ans, x: _zeros(g), (), "-1, 0 or 1 by sign; zero gradient."
+    "sign", np.sign, lambda g, ans, x: _zeros(g), (), "-1, 0 or 1 by sign; zero gradient.",
+    (lambda g, ans, x: np.zeros_like(g),),
 )
-abs = _unary("abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.")
+abs = _unary(
+    "abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.",
+    raw=(lambda g, ans, x: g * np.sign(x),),
+)  # fmt: skip
 exp = _unary("exp", _floatin(np.exp), lambda g, ans, x: g * ans, (OUT,))
 expm1 = _unary(
     "expm1", _floatin(np.expm1), lambda g, ans, x: g * (ans + 1.0), (OUT,),
@@ -88,8 +93,10 @@ def _sin_vjp(g: Tensor, ans: Any, x: Tensor) -> Tensor:
     return g * cos(x)
 
 
-sin = _unary("sin", _floatin(np.sin), _sin_vjp)
-cos = _unary("cos", _floatin(np.cos), lambda g, ans, x: -g * sin(x))
+sin = _unary("sin", _floatin(np.sin), _sin_vjp, raw=(lambda g, ans, x: g * np.cos(x),))
+cos = _unary(
+    "cos", _floatin(np.cos), lambda g, ans, x: -g * sin(x), raw=(lambda g, ans, x: -g * np.sin(x),)
+)
 tan = _unary("tan", _floatin(np.tan), lambda g, ans, x: g * (1.0 + ans * ans), (OUT,))
 tanh = _unary("tanh", _floatin(np.tanh), lambda g, ans, x: g * (1.0 - ans * ans), (OUT,))
 
@@ -112,6 +119,7 @@ relu = _unary(
 erf = _unary(
     "erf", _floatin(_special.erf), lambda g, ans, x: g * _TWO_OVER_SQRT_PI * exp(-(x * x)),
     doc="The error function (float64-accurate rational approximation).",
+    raw=(lambda g, ans, x: g * _TWO_OVER_SQRT_PI * np.exp(-(x * x)),),
 )  # fmt: skip
 # a primitive rather than log1p(exp(x)): stable for large |x| without a where on both branches
 _softplus = defprim(
@@ -119,13 +127,15 @@ _softplus = defprim(
     _floatin(lambda x: np.logaddexp(x, 0).astype(x.dtype, copy=False)),
     lambda g, ans, x: g * sigmoid(x),
     (0,),
+    (lambda g, ans, x: g * _sigmoid(x),),
 )
 
 
 def _zero_grad(name: str, f: Any) -> Any:
     return _unary(
-        name, f, lambda g, ans, x: _zeros(g), (), f"Elementwise ``{name}``; zero gradient."
-    )
+        name, f, lambda g, ans, x: _zeros(g), (), f"Elementwise ``{name}``; zero gradient.",
+        (lambda g, ans, x: np.zeros_like(g),),
+    )  # fmt: skip
 
 
 floor = _zero_grad("floor", np.floor)
@@ -183,14 +193,18 @@ def _pow_vjp_y(g: Tensor, ans: Tensor, x: Any, y: Any) -> Tensor:
     return g * ans * log(where(x > 0, x, 1.0))
 
 
-_add = defprim("add", np.add, (lambda g, ans, x, y: g, lambda g, ans, x, y: g))
-_sub = defprim("sub", np.subtract, (lambda g, ans, x, y: g, lambda g, ans, x, y: -g))
-_mul = defprim("mul", np.multiply, (lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x), (0, 1))
+# raw=True: these VJPs are operator expressions, the same on arrays (Primitive.raw)
+_add = defprim("add", np.add, (lambda g, ans, x, y: g, lambda g, ans, x, y: g), raw=True)
+_sub = defprim("sub", np.subtract, (lambda g, ans, x, y: g, lambda g, ans, x, y: -g), raw=True)
+_mul = defprim(
+    "mul", np.multiply, (lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x), (0, 1), True
+)
 _div = defprim(
     "div",
     np.true_divide,
     (lambda g, ans, x, y: g / y, lambda g, ans, x, y: -g * ans / y),
     (1, OUT),
+    True,
 )
 _pow = defprim("pow", _pow_fwd, (_pow_vjp_x, _pow_vjp_y), (0, 1, OUT))
 _maximum = defprim(
@@ -219,6 +233,7 @@ _atan2 = defprim(
         lambda g, ans, x, y: -g * x / (x * x + y * y),
     ),
     (0, 1),
+    True,
 )
 _remainder = defprim(
     "remainder",
@@ -369,6 +384,7 @@ _where = defprim(
     np.where,
     (None, lambda g, ans, c, x, y: g * c, lambda g, ans, c, x, y: g * logical_not(c)),
     (0,),
+    (None, lambda g, ans, c, x, y: g * c, lambda g, ans, c, x, y: g * np.logical_not(c)),
 )
 
 

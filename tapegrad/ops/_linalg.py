@@ -40,7 +40,32 @@ def _matmul_vjp_y(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
     return matmul(_mT(x), g)
 
 
-_matmul = defprim("matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1))
+def _matmul_raw_x(g: Any, ans: Any, x: Any, y: Any) -> Any:
+    if x.ndim == 1 and y.ndim == 1:
+        return g * y
+    if y.ndim == 1:
+        return np.expand_dims(g, -1) * y
+    if x.ndim == 1:
+        return np.reshape(
+            np.matmul(np.expand_dims(g, -2), np.swapaxes(y, -1, -2)),
+            (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],),
+        )
+    return np.matmul(g, np.swapaxes(y, -1, -2))
+
+
+def _matmul_raw_y(g: Any, ans: Any, x: Any, y: Any) -> Any:
+    if x.ndim == 1 and y.ndim == 1:
+        return g * x
+    if x.ndim == 1:
+        return np.expand_dims(x, -1) * np.expand_dims(g, -2)
+    if y.ndim == 1:
+        return np.matmul(np.swapaxes(x, -1, -2), np.expand_dims(g, -1))[..., 0]
+    return np.matmul(np.swapaxes(x, -1, -2), g)
+
+
+_matmul = defprim(
+    "matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1), (_matmul_raw_x, _matmul_raw_y)
+)
 
 
 def matmul(x: Any, y: Any) -> Tensor:

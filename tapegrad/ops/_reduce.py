@@ -26,6 +26,19 @@ def _expand(g: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, 
     return broadcast_to(g, shape)
 
 
+def _expand_array(g: Any, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Any:
+    """``_expand`` on an array."""
+    if not keepdims:
+        g = np.reshape(g, _kept(axes, shape))
+    return g if g.shape == shape else np.broadcast_to(g, shape)
+
+
+def _extreme_raw(g: Any, ans: Any, x: Any, *, axis: Any, keepdims: bool, shape: Any) -> Any:
+    m = (x == np.reshape(ans, _kept(axis, shape))).astype(x.dtype)
+    m /= m.sum(axis=axis, keepdims=True)
+    return _expand_array(g, axis, keepdims, shape) * m
+
+
 def _extreme_vjp(
     g: Tensor, ans: Tensor, x: Tensor, *, axis: Any, keepdims: bool, shape: Any
 ) -> Tensor:
@@ -49,6 +62,7 @@ _sum = defprim(
     "sum",
     lambda x, axis, keepdims, shape: np.sum(x, axis=axis, keepdims=keepdims),
     lambda g, ans, x, axis, keepdims, shape: _expand(g, axis, keepdims, shape),
+    raw=lambda g, ans, x, axis, keepdims, shape: _expand_array(g, axis, keepdims, shape),
 )
 _prod = defprim(
     "prod",
@@ -61,12 +75,14 @@ _amax = defprim(
     lambda x, axis, keepdims, shape: np.amax(x, axis=axis, keepdims=keepdims),
     _extreme_vjp,
     (0, OUT),
+    _extreme_raw,
 )
 _amin = defprim(
     "amin",
     lambda x, axis, keepdims, shape: np.amin(x, axis=axis, keepdims=keepdims),
     _extreme_vjp,
     (0, OUT),
+    _extreme_raw,
 )
 
 

@@ -23,18 +23,23 @@ _reshape = defprim(
     "reshape",
     lambda x, shape, old: np.reshape(x, shape),
     lambda g, ans, x, shape, old: reshape(g, old),
+    raw=lambda g, ans, x, shape, old: np.reshape(g, old),
 )
 _permute = defprim(
     "permute_dims",
     np.transpose,
     lambda g, ans, x, axes: permute_dims(g, tuple(int(i) for i in np.argsort(axes))),
+    raw=lambda g, ans, x, axes: np.transpose(g, tuple(int(i) for i in np.argsort(axes))),
 )
 # the engine sums the gradient back to the input's shape, so the VJP is the identity
-_broadcast_to = defprim("broadcast_to", np.broadcast_to, lambda g, ans, x, shape: g)
+_broadcast_to = defprim(
+    "broadcast_to", np.broadcast_to, lambda g, ans, x, shape: g, raw=True
+)
 _astype = defprim(
     "astype",
     lambda x, dtype: x.astype(dtype),
     lambda g, ans, x, dtype: g,  # the engine casts the gradient back to the input's dtype
+    raw=True,
 )
 
 
@@ -461,6 +466,7 @@ _index_grad = defprim(
     "index_grad",
     _scatter_fwd,
     lambda gg, ans, g, idx, shape, advanced: getitem(gg, idx),
+    raw=lambda gg, ans, g, idx, shape, advanced: np.asarray(gg[idx]),
 )
 # the VJP needs only the input's shape, so indexing a large tensor keeps nothing alive
 _getitem = defprim(
@@ -469,6 +475,7 @@ _getitem = defprim(
     lambda g, ans, x, idx, advanced, shape: apply(
         _index_grad, g, idx=idx, shape=shape, advanced=advanced
     ),
+    raw=lambda g, ans, x, idx, advanced, shape: _scatter_fwd(g, idx, shape, advanced),
 )
 
 

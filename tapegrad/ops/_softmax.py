@@ -1,18 +1,63 @@
-"""softmax and log_softmax, stable for large logits (compositions; no gradient code)."""
+"""softmax and log_softmax along one axis, stable for large logits.
+
+Each is one primitive: the max is subtracted first (a constant, so it changes nothing but
+overflow), and the VJPs are the closed forms ``y * (g - sum(g * y))`` and
+``g - exp(y) * sum(g)`` from the output alone, so backward keeps one array per op. The VJP
+bodies are written once over an ops namespace: on tensors (differentiable, for higher order)
+and on arrays (the backward pass nothing records), computing the same numbers either way.
+"""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
+from .._backend import np
+from .._tape import OUT, apply, defprim
 from .._tensor import Tensor
 from ._common import as_tensor, check_axis
-from ._elementwise import exp, log
-from ._reduce import max_shift, sum
+from ._elementwise import exp
+from ._reduce import _max_shift_fwd, sum
+
+_TENSOR_OPS = SimpleNamespace(sum=lambda a, axis: sum(a, axis=axis, keepdims=True), exp=exp)
+_ARRAY_OPS = SimpleNamespace(sum=lambda a, axis: np.sum(a, axis=axis, keepdims=True), exp=np.exp)
 
 
-def _shift(x: Tensor, axis: int) -> Tensor:
-    # subtracting the max changes nothing mathematically; as a constant it needs no gradient
-    return x - max_shift(x, axis)
+def _softmax_fwd(x: Any, axis: int) -> Any:
+    e = np.exp(x - _max_shift_fwd(x, axis))
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax_fwd(x: Any, axis: int) -> Any:
+    z = x - _max_shift_fwd(x, axis)
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def _softmax_vjp(ops: Any) -> Any:
+    return lambda g, ans, x, axis: ans * (g - ops.sum(g * ans, axis))
+
+
+def _log_softmax_vjp(ops: Any) -> Any:
+    return lambda g, ans, x, axis: g - ops.exp(ans) * ops.sum(g, axis)
+
+
+_SOFTMAX = defprim(
+    "softmax", _softmax_fwd, _softmax_vjp(_TENSOR_OPS), (OUT,), (_softmax_vjp(_ARRAY_OPS),)
+)
+_LOG_SOFTMAX = defprim(
+    "log_softmax",
+    _log_softmax_fwd,
+    _log_softmax_vjp(_TENSOR_OPS),
+    (OUT,),
+    (_log_softmax_vjp(_ARRAY_OPS),),
+)
+
+
+def _float(x: Tensor) -> Tensor:
+    from .._dtypes import default_float  # noqa: PLC0415
+
+    return x if x.dtype.kind in "fc" else x.astype(default_float())
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
@@ -22,10 +67,8 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
     >>> [round(v, 4) for v in tg.softmax(tg.tensor([1.0, 1.0]), axis=0).tolist()]
     [0.5, 0.5]
     """
-    x = as_tensor(x)
-    axis = check_axis(axis, x.ndim, "softmax")
-    e = exp(_shift(x, axis))
-    return e / sum(e, axis=axis, keepdims=True)
+    x = _float(as_tensor(x))
+    return apply(_SOFTMAX, x, axis=check_axis(axis, x.ndim, "softmax"))
 
 
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
@@ -35,7 +78,5 @@ def log_softmax(x: Any, axis: int = -1) -> Tensor:
     >>> [round(v, 4) for v in tg.log_softmax(tg.tensor([1e4, 1e4]), axis=0).tolist()]
     [-0.6931, -0.6931]
     """
-    x = as_tensor(x)
-    axis = check_axis(axis, x.ndim, "log_softmax")
-    z = _shift(x, axis)
-    return z - log(sum(exp(z), axis=axis, keepdims=True))
+    x = _float(as_tensor(x))
+    return apply(_LOG_SOFTMAX, x, axis=check_axis(axis, x.ndim, "log_softmax"))

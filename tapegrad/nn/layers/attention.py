@@ -146,12 +146,10 @@ class MultiheadAttention(Module):
         N, L = query.shape[:2]
         b = self.in_proj_bias
         if self.in_proj_weight is not None:
+            # Row blocks of the packed weight, one product each, even for self-attention: one
+            # (3E)-wide product split three ways costs three full-size scatters in backward,
+            # slicing the weight costs three (E, E) ones.
             w = self.in_proj_weight
-            if query is key and key is value:
-                # self-attention: one matmul for Q, K and V and one permute for the heads
-                qkv = F.linear(query, w, b).reshape(N, L, 3, H, D)
-                qkv = qkv.permute_dims((2, 0, 3, 1, 4))  # (3, N, H, L, D)
-                return qkv[0], qkv[1], qkv[2]
             wq, wk, wv = w[:E], w[E : 2 * E], w[2 * E :]
         else:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight  # type: ignore[assignment]
