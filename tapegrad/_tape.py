@@ -1103,6 +1103,8 @@ class Tape:
         where it has them, else its tensor VJPs on wrapped arrays (nothing records either)."""
         nodes = self._nodes
         results: dict[int, Any] = {}
+        a_args: Any = None
+        a_ans = joint = tg = None
         for k in range(len(nodes) - 1, -1, -1):
             rec = nodes[k]
             if rec is None:
@@ -1127,7 +1129,6 @@ class Tape:
             if ans is not None and ans._version:
                 _check_versions(rec)
             raws = prim.raw
-            joint = None
             if raws is not None or prim.joint is not None:
                 a_ans = None if ans is None else ans._data
                 a_args = [x._data if isinstance(x, Tensor) else x for x in args]
@@ -1170,6 +1171,9 @@ class Tape:
                     gi = gi.astype(dtype)
                 prev = grads.get(itid)
                 grads[itid] = gi if prev is None else prev + gi
+                prev = gi = None
+            # drop this node's arrays now, not when the names are next rebound
+            rec = args = ans = a_args = a_ans = joint = tg = g = None
         results.update(grads)
         return results
 

@@ -144,10 +144,12 @@ def _conv2d_raw(
         wm = w.reshape(groups, o // groups, -1)
         cols = np.matmul(wm.swapaxes(-1, -2), gm)
         gx = _col2im_fwd(cols.reshape(-1, cols.shape[-1]), geom)
+        del cols  # one set of columns alive at a time
     if needs[1]:
         cols = _im2col_fwd(x, geom)
-        cols = cols.reshape(groups, -1, cols.shape[-1])
-        gw = np.matmul(gm, cols.swapaxes(-1, -2)).reshape(w.shape)
+        gw = np.matmul(gm, cols.reshape(groups, -1, cols.shape[-1]).swapaxes(-1, -2))
+        gw = gw.reshape(w.shape)
+        del cols
     if len(needs) > 2 and needs[2]:
         gb = np.sum(g, axis=(0, 2, 3))
     return gx, gw, gb
