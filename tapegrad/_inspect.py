@@ -37,7 +37,7 @@ def summary(tape: Tape) -> str:
     >>> import tapegrad as tg
     >>> w = tg.Parameter(tg.ones(3))
     >>> with tg.Tape() as tape:
-    ...     loss = (w * 2.0).sum()
+    ...     loss = (w * w).sum()
     >>> print(tape.summary())
     #  op   output  dtype    saved  module
     --------------------------------------
@@ -216,7 +216,7 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
     >>> with tg.Tape(persistent=True) as tape:
     ...     loss = tg.tanh(w * 3.0).sum()
     >>> tape.explain(loss, w)
-    'w (2,) -> mul (2,) -> tanh (2,) -> sum ()'
+    'w (2,) -> mul_scalar (2,) -> tanh (2,) -> sum ()'
     """
     if tape.released:
         return (

@@ -124,5 +124,5 @@ def test_explain_says_why_there_is_no_path():
         side = (v * 2.0).sum()
         loss = (w * tg.stop_gradient(v)).sum()
     assert "does not depend on it" in tape.explain(loss, v)
-    assert tape.explain(side, v) == "source (2,) -> mul (2,) -> sum ()"
+    assert tape.explain(side, v) == "source (2,) -> mul_scalar (2,) -> sum ()"
     tape.release()

@@ -48,7 +48,7 @@ def test_record_is_in_execution_order_and_topological():
         c = a + b
         loss = c.sum()
     names = [n.prim.name for n in tape.nodes]
-    assert names == ["mul", "exp", "add", "sum"]
+    assert names == ["mul_scalar", "exp", "add", "sum"]
     seen = {w._tid}
     for n in tape.nodes:  # every input on the tape was produced earlier (or is a leaf)
         assert all(t is None or t in seen for t in n.input_tids)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .._backend import np, xp_of
-from .._tape import Joint, Primitive, apply, defprim
+from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -89,78 +89,122 @@ COL2IM: Primitive = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom:
 
 # --------------------------------------------------------------------------------------------
 # conv2d: a fused primitive (im2col + one GEMM, bias added in the same pass); it saves x and w,
-# not the (kh * kw times larger) columns, and its VJPs are written with differentiable ops.
+# not the (kh * kw times larger) columns. Its input and weight gradients are primitives too
+# (nn.conv2d_input_grad, nn.conv2d_weight_grad), whose VJPs are convolutions and each other,
+# so backward runs the same array code whether or not a tape records it, to any order.
+# All three work through the batch in chunks, so the columns of a few samples exist at a time.
 # --------------------------------------------------------------------------------------------
+
+COLS_BUDGET = 1 << 19  # elements of im2col columns per chunk (2 MiB of float32)
+
+
+def _chunks(geom: Geom, ckk: int) -> list[tuple[int, int]]:
+    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample) fit the budget."""
+    n = geom.in_shape[0]
+    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1]))
+    return [(i, min(n, i + per)) for i in range(0, n, per)]
+
+
+def _part(geom: Geom, n: int) -> Geom:
+    return geom._replace(in_shape=(n, *geom.in_shape[1:]))
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
-    n = x.shape[0]
-    o = w.shape[0]
+    n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
-    cols = _im2col_fwd(x, geom)  # (C*kh*kw, N*Ho*Wo)
-    if groups == 1:
-        y = w.reshape(o, -1) @ cols  # (O, N*Ho*Wo)
-    else:
-        y = np.matmul(w.reshape(groups, o // groups, -1), cols.reshape(groups, -1, cols.shape[1]))
-    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
-    out = xp_of(x).empty((n, o, ho, wo), dtype=y.dtype)
-    if b is None:
-        out[...] = y
-    else:
-        np.add(y, b.reshape(1, o, 1, 1), out=out)
+    wm = w.reshape(groups, o // groups, -1)
+    out = xp_of(x).empty((n, o, ho, wo), dtype=np.result_type(x.dtype, w.dtype))
+    for a, z in _chunks(geom, wm.shape[-1] * groups):
+        cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
+        y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
+        y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
+        if b is None:
+            out[a:z] = y
+        else:
+            np.add(y, b.reshape(1, o, 1, 1), out=out[a:z])
     return out
 
 
-def _grad_matrix(g: Tensor, groups: int) -> Tensor:
-    """The output gradient (N, O, Ho, Wo) as (G, O/G, N*Ho*Wo), the GEMM layout."""
+def _grad_cols(g: Any, groups: int) -> Any:
+    """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
     n, o = g.shape[:2]
-    return S.reshape(S.permute_dims(g, (1, 0, 2, 3)), (groups, o // groups, -1))
+    return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 
-def _conv2d_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
-    wm = S.reshape(w, (groups, w.shape[0] // groups, -1))  # (G, O/G, C/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), _grad_matrix(g, groups))  # (G, C/G*kh*kw, NL)
-    return apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
-
-
-def _conv2d_vjp_w(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any, geom: Geom, groups: int):
-    cols = apply(IM2COL, x, geom=geom)  # recomputed: cheaper to keep x than the columns
-    cols = S.reshape(cols, (groups, -1, cols.shape[-1]))
-    return S.reshape(L.matmul(_grad_matrix(g, groups), S.swapaxes(cols, -1, -2)), w.shape)
-
-
-def _conv2d_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any, geom: Geom, groups: int):
-    return R.sum(g, axis=(0, 2, 3))
-
-
-def _conv2d_raw(
-    g: Any, ans: Any, x: Any, w: Any, b: Any, *, geom: Geom, groups: int, needs: tuple[bool, ...]
-) -> tuple[Any, Any, Any]:
-    """The three VJPs above on arrays, sharing the one copy of ``g`` into the GEMM layout."""
+def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
+    """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
     n, o = g.shape[:2]
-    gm = g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
-    gx = gw = gb = None
-    if needs[0]:
-        wm = w.reshape(groups, o // groups, -1)
-        cols = np.matmul(wm.swapaxes(-1, -2), gm)
-        gx = _col2im_fwd(cols.reshape(-1, cols.shape[-1]), geom)
-        del cols  # one set of columns alive at a time
-    if needs[1]:
-        cols = _im2col_fwd(x, geom)
-        gw = np.matmul(gm, cols.reshape(groups, -1, cols.shape[-1]).swapaxes(-1, -2))
-        gw = gw.reshape(w.shape)
-        del cols
-    if len(needs) > 2 and needs[2]:
-        gb = np.sum(g, axis=(0, 2, 3))
-    return gx, gw, gb
+    wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
+    _, c, h, wd = geom.in_shape
+    out = xp_of(g).empty((n, c, h, wd), dtype=np.result_type(g.dtype, w.dtype))
+    for a, z in _chunks(geom, wt.shape[1] * groups):
+        cols = np.matmul(wt, _grad_cols(g[a:z], groups))
+        out[a:z] = _col2im_fwd(cols.reshape(-1, cols.shape[-1]), _part(geom, z - a))
+    return out
 
 
-CONV2D = defprim(
+def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
+    """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
+    acc = None
+    for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
+        cols = _im2col_fwd(x[a:z], _part(geom, z - a))
+        part = np.matmul(
+            _grad_cols(g[a:z], groups), cols.reshape(groups, -1, cols.shape[-1]).swapaxes(-1, -2)
+        )
+        acc = part if acc is None else np.add(acc, part, out=acc)
+    return acc.reshape(wshape)
+
+
+CONV2D_INPUT_GRAD: Primitive = defprim(
+    "nn.conv2d_input_grad",
+    _input_grad_fwd,
+    (
+        lambda c, ans, g, w, geom, groups: apply(CONV2D, c, w, None, geom=geom, groups=groups),
+        lambda c, ans, g, w, geom, groups: apply(
+            CONV2D_WEIGHT_GRAD, g, c, geom=geom, groups=groups, wshape=w.shape
+        ),
+    ),
+    (0, 1),
+    (
+        lambda c, ans, g, w, geom, groups: _conv2d_fwd(c, w, None, geom, groups),
+        lambda c, ans, g, w, geom, groups: _weight_grad_fwd(g, c, geom, groups, w.shape),
+    ),
+)
+CONV2D_WEIGHT_GRAD: Primitive = defprim(
+    "nn.conv2d_weight_grad",
+    _weight_grad_fwd,
+    (
+        lambda c, ans, g, x, geom, groups, wshape: apply(
+            CONV2D, x, c, None, geom=geom, groups=groups
+        ),
+        lambda c, ans, g, x, geom, groups, wshape: apply(
+            CONV2D_INPUT_GRAD, g, c, geom=geom, groups=groups
+        ),
+    ),
+    (0, 1),
+    (
+        lambda c, ans, g, x, geom, groups, wshape: _conv2d_fwd(x, c, None, geom, groups),
+        lambda c, ans, g, x, geom, groups, wshape: _input_grad_fwd(g, c, geom, groups),
+    ),
+)
+CONV2D: Primitive = defprim(
     "nn.conv2d",
     _conv2d_fwd,
-    (_conv2d_vjp_x, _conv2d_vjp_w, _conv2d_vjp_b),
+    (
+        lambda g, ans, x, w, b, geom, groups: apply(
+            CONV2D_INPUT_GRAD, g, w, geom=geom, groups=groups
+        ),
+        lambda g, ans, x, w, b, geom, groups: apply(
+            CONV2D_WEIGHT_GRAD, g, x, geom=geom, groups=groups, wshape=w.shape
+        ),
+        lambda g, ans, x, w, b, geom, groups: R.sum(g, axis=(0, 2, 3)),
+    ),
     (0, 1),
-    Joint(_conv2d_raw),
+    (
+        lambda g, ans, x, w, b, geom, groups: _input_grad_fwd(g, w, geom, groups),
+        lambda g, ans, x, w, b, geom, groups: _weight_grad_fwd(g, x, geom, groups, w.shape),
+        lambda g, ans, x, w, b, geom, groups: np.sum(g, axis=(0, 2, 3)),
+    ),
 )
 
 

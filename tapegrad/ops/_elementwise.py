@@ -303,7 +303,28 @@ add = _binary(
     """,
 )
 subtract = _binary(_sub, "subtract", "``x - y`` with broadcasting.")
-multiply = _binary(_mul, "multiply", "``x * y`` with broadcasting.")
+_tensor_times = _binary(_mul, "multiply", "")
+# A tensor times a Python number: the number is a param, so nothing is saved for backward
+# (mul would keep the tensor alive for the number's gradient, which is never asked for).
+_mul_scalar = defprim(
+    "mul_scalar", lambda x, c: np.multiply(x, c), lambda g, ans, x, c: g * c, (), True  # noqa: PLW0108
+)
+_div_scalar = defprim(
+    "div_scalar", lambda x, c: np.true_divide(x, c), lambda g, ans, x, c: g / c, (), True  # noqa: PLW0108
+)
+
+
+def _number(v: Any) -> bool:
+    return type(v) is float or type(v) is int
+
+
+def multiply(x: Any, y: Any) -> Tensor:
+    """``x * y`` with broadcasting."""
+    if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
+        return apply(_mul_scalar, x, c=y)
+    if _number(x) and isinstance(y, Tensor) and y._data.dtype.kind in "fc":
+        return apply(_mul_scalar, y, c=x)
+    return _tensor_times(x, y)
 pow = _binary(
     _pow,
     "pow",
@@ -335,6 +356,8 @@ floor_divide = _binary(
 
 def divide(x: Any, y: Any) -> Tensor:
     """``x / y`` (true division: two integer operands give the default float, as PyTorch)."""
+    if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
+        return apply(_div_scalar, x, c=y)
     x, y = operands(x, y)
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     if (not xt or x._data.dtype.kind in "biu") and (not yt or y._data.dtype.kind in "biu"):
