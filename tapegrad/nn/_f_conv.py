@@ -145,7 +145,7 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
-    acc = None
+    acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
         part = np.matmul(
