@@ -532,3 +532,39 @@ def test_model_ema_callable_decay_and_state_dict_round_trip():
     np.testing.assert_array_equal(ema2.shadow["w"], ema.shadow["w"])
     with pytest.raises(ValueError, match="decay must be in"):
         optim.ModelEMA(model, decay=1.5)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"momentum": 0.9, "weight_decay": 0.01, "nesterov": True},
+        {"momentum": 0.5, "dampening": 0.3},
+        {"weight_decay": 0.1, "decoupled_weight_decay": True},
+    ],
+)
+def test_sgd_on_a_large_parameter_updates_in_pieces_with_the_same_numbers(kw, monkeypatch):
+    from tapegrad.optim import _sgd
+
+    rng = np.random.default_rng(3)
+    p0 = rng.standard_normal(300_001).astype(np.float32)
+    grads = [rng.standard_normal(300_001).astype(np.float32) for _ in range(3)]
+
+    def run(chunk: int) -> np.ndarray:
+        monkeypatch.setattr(_sgd, "CHUNK", chunk)
+        p = tg.nn.Parameter(tg.tensor(p0.copy()))
+        opt = tg.optim.SGD([p], lr=0.1, **kw)
+        for g in grads:
+            opt.step({p: tg.tensor(g)})
+        return p.numpy().copy()
+
+    pieces, whole = run(1 << 12), run(1 << 30)  # 74 pieces over the threads, and one pass
+    assert np.array_equal(pieces, whole)
+    if kw.get("decoupled_weight_decay"):  # torch.optim.SGD has no such option
+        return
+    pt = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt_t = torch.optim.SGD([pt], lr=0.1, **kw)
+    for g in grads:
+        pt.grad = torch.from_numpy(g)
+        opt_t.step()
+    np.testing.assert_allclose(pieces, pt.detach().numpy(), rtol=1e-5, atol=1e-6)

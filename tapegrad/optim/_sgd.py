@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._backend import np
 from ._optimizer import Optimizer
+
+CHUNK = 1 << 16  # elements per piece when updating a large parameter (256 KiB of float32)
+_POOL: list[Any] = []
+
+
+def _pool() -> tuple[ThreadPoolExecutor, int]:
+    """Threads for updating large parameters: one per core, at most 4, made on first use."""
+    if not _POOL:
+        n = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+        _POOL.append((ThreadPoolExecutor(max(1, n - 1), thread_name_prefix="tapegrad-sgd"), n))
+    return _POOL[0]
 
 
 class SGD(Optimizer):
@@ -70,15 +83,59 @@ class SGD(Optimizer):
             )
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        buf = state.get("momentum_buffer")
+        if (
+            p.size > 4 * CHUNK
+            and (buf is not None or not group["momentum"])
+            and isinstance(p, np.ndarray)
+            and p.flags.c_contiguous
+            and g.flags.c_contiguous
+            and (buf is None or buf.flags.c_contiguous)
+        ):
+            self._update_in_pieces(p, g, buf, group)
+            return
+        self._update(p, g, state, group, self.tmp)
+
+    def _update_in_pieces(self, p: Any, g: Any, buf: Any, group: dict[str, Any]) -> None:
+        """A large parameter a cache-sized piece at a time, the pieces split between threads.
+
+        The temporaries of a piece stay in cache, so memory traffic is reading ``p`` and ``g``
+        and writing ``p``; numpy releases the GIL in each elementwise loop, so the threads
+        overlap. Elementwise math: the same numbers as one pass over the whole array.
+        """
+        pf, gf = p.reshape(-1), g.reshape(-1)
+        bf = None if buf is None else buf.reshape(-1)
+        pool, nt = _pool()
+        pieces = list(range(0, p.size, CHUNK))
+        per = -(-len(pieces) // nt)
+
+        def run(k: int) -> None:
+            scratch = [np.empty(CHUNK, dtype=p.dtype) for _ in range(2)]
+
+            def tmp(like: Any, slot: int = 0) -> Any:
+                return scratch[slot][: like.size]
+
+            for a in pieces[k * per : (k + 1) * per]:
+                part = {} if bf is None else {"momentum_buffer": bf[a : a + CHUNK]}
+                self._update(pf[a : a + CHUNK], gf[a : a + CHUNK], part, group, tmp)
+
+        futures = [pool.submit(run, k) for k in range(1, nt)]
+        run(0)
+        for f in futures:
+            f.result()
+
+    def _update(
+        self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any], tmp: Any
+    ) -> None:
         lr, mom, wd = group["lr"], group["momentum"], group["weight_decay"]
         d = g
         if wd:
             if group["decoupled_weight_decay"]:
                 p *= 1.0 - lr * wd
             else:
-                d = np.multiply(p, wd, out=self.tmp(p, 0))
+                d = np.multiply(p, wd, out=tmp(p, 0))
                 d += g
-        s = self.tmp(p, 1)
+        s = tmp(p, 1)
         if mom:
             buf = state.get("momentum_buffer")
             if buf is None:
