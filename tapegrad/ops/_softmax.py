@@ -24,7 +24,8 @@ _ARRAY_OPS = SimpleNamespace(sum=lambda a, axis: np.sum(a, axis=axis, keepdims=T
 
 
 def _softmax_fwd(x: Any, axis: int) -> Any:
-    e = np.exp(x - _max_shift_fwd(x, axis))
+    e = np.subtract(x, _max_shift_fwd(x, axis))
+    np.exp(e, out=e)
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
