@@ -648,6 +648,9 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             "- Raw numbers (every round, with the load during it) are in "
             "`benchmarks/results.json`; `python benchmarks/suite.py --from-json "
             "benchmarks/results.json` re-renders this page.", ""]
+    analysis = Path(__file__).with_name("analysis.md")  # hand-written: where the time goes
+    if analysis.exists():
+        out += [analysis.read_text().rstrip(), ""]
     return "\n".join(out)
 
 

@@ -840,10 +840,8 @@ class Tape:
         """
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
-        from .nn._module import Module  # noqa: PLC0415 - nn is above the tape
-
         seeds = self._seeds(target, output_gradients)
-        module_req = isinstance(sources, Module)
+        module_req = isinstance(sources, _module_class())
         if sources is None:
             src_list: list[Tensor] | None = None
         elif module_req:
@@ -1234,6 +1232,18 @@ class Tape:
     def __repr__(self) -> str:
         state = "released" if self._released else ("recording" if self._recording else "closed")
         return f"Tape({len(self.nodes)} ops, {state}{', persistent' if self.persistent else ''})"
+
+
+_MODULE: list[type] = []
+
+
+def _module_class() -> type:
+    """``tg.nn.Module`` (nn sits above the tape, so it is looked up once, on first use)."""
+    if not _MODULE:
+        from .nn._module import Module  # noqa: PLC0415
+
+        _MODULE.append(Module)
+    return _MODULE[0]
 
 
 def _module_gradients(

@@ -47,16 +47,15 @@ def _linear_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any) -> Tensor:
 def _linear_raw_x(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
     if g.ndim <= 2:
         return np.matmul(g, w)
-    return np.reshape(np.matmul(np.reshape(g, (-1, g.shape[-1])), w), x.shape)
+    return np.matmul(g.reshape(-1, g.shape[-1]), w).reshape(x.shape)
 
 
 def _linear_raw_w(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
-    g2 = np.reshape(g, (-1, g.shape[-1]))
-    return np.matmul(g2.T, np.reshape(x, (-1, x.shape[-1])))
+    return np.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
 
 
 def _linear_raw_b(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
-    return np.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
+    return g.sum(axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
 LINEAR = defprim(

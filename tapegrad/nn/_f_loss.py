@@ -447,7 +447,8 @@ def _weighted_mean(loss: Tensor, weight: Any, reduction: str, op: str) -> Tensor
 # recorded ops); it keeps its inputs, which are alive anyway, and recomputes the difference.
 def _mse_fwd(x: Any, t: Any, scale: float) -> Any:
     d = x - t
-    return xp_of(x).asarray(np.sum(d * d) * scale, dtype=x.dtype)
+    d *= d
+    return xp_of(x).asarray(d.sum() * scale, dtype=x.dtype)
 
 
 MSE = defprim(

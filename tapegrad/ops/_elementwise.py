@@ -255,7 +255,11 @@ def _tie_weight(a: Any, b: Any, larger: bool) -> Tensor:
     return win.astype(a.dtype) + (a == b).astype(a.dtype) * 0.5
 
 
-def _binary(prim: Any, name: str, doc: str) -> Callable[[Any, Any], Tensor]:
+def _binary(
+    prim: Any, name: str, doc: str, scalar: Any = None
+) -> Callable[[Any, Any], Tensor]:
+    """The public op of a binary primitive; ``scalar``, if given, is the primitive for a float
+    tensor with a Python number (commutative ops only)."""
     f = prim.fwd
     with_tapes = _tape._WITH_TAPES  # the list object itself: mutated in place, never rebound
 
@@ -280,6 +284,11 @@ def _binary(prim: Any, name: str, doc: str) -> Callable[[Any, Any], Tensor]:
                 out._tid = None
                 out._version = 0
                 return out
+        if scalar is not None and not (isinstance(x, Tensor) and isinstance(y, Tensor)):
+            if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
+                return apply(scalar, x, c=y)
+            if _number(x) and isinstance(y, Tensor) and y._data.dtype.kind in "fc":
+                return apply(scalar, y, c=x)
         if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x._data.dtype is y._data.dtype):
             x, y = operands(x, y)
         return apply(prim, x, y)  # apply names the op and both shapes if they do not broadcast
@@ -303,7 +312,6 @@ add = _binary(
     """,
 )
 subtract = _binary(_sub, "subtract", "``x - y`` with broadcasting.")
-_tensor_times = _binary(_mul, "multiply", "")
 # A tensor times a Python number: the number is a param, so nothing is saved for backward
 # (mul would keep the tensor alive for the number's gradient, which is never asked for).
 _mul_scalar = defprim(
@@ -318,13 +326,7 @@ def _number(v: Any) -> bool:
     return type(v) is float or type(v) is int
 
 
-def multiply(x: Any, y: Any) -> Tensor:
-    """``x * y`` with broadcasting."""
-    if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
-        return apply(_mul_scalar, x, c=y)
-    if _number(x) and isinstance(y, Tensor) and y._data.dtype.kind in "fc":
-        return apply(_mul_scalar, y, c=x)
-    return _tensor_times(x, y)
+multiply = _binary(_mul, "multiply", "``x * y`` with broadcasting.", _mul_scalar)
 pow = _binary(
     _pow,
     "pow",

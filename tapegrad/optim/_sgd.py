@@ -85,7 +85,7 @@ class SGD(Optimizer):
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         buf = state.get("momentum_buffer")
         if (
-            p.size > 4 * CHUNK
+            p.size > 16 * CHUNK  # below ~1M elements one pass is as fast
             and (buf is not None or not group["momentum"])
             and isinstance(p, np.ndarray)
             and p.flags.c_contiguous
@@ -109,8 +109,10 @@ class SGD(Optimizer):
         pieces = list(range(0, p.size, CHUNK))
         per = -(-len(pieces) // nt)
 
+        scratches = [self.tmp(np.empty((2, CHUNK), p.dtype), 100 + k) for k in range(nt)]
+
         def run(k: int) -> None:
-            scratch = [np.empty(CHUNK, dtype=p.dtype) for _ in range(2)]
+            scratch = scratches[k]  # per thread, kept between steps
 
             def tmp(like: Any, slot: int = 0) -> Any:
                 return scratch[slot][: like.size]
