@@ -119,3 +119,13 @@ def test_overhead_benchmark_runs(monkeypatch):
     r = suite.run_overhead()
     assert r["tapegrad recorded"] > 0 and r["tapegrad untraced"] > 0
     assert r["recorded_over_torch"] > 0
+
+
+def test_profile_step_runs_and_accounts_for_the_step():
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "profile_step.py"), "a", "--steps", "2"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout  # fmt: skip
+    assert "ms per step" in out and "nn.linear forward" in out and "nn.linear backward" in out
