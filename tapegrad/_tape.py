@@ -239,6 +239,21 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
             else:
                 taped = False
             data = prim.fwd(x, **params)
+        elif n == 3:  # linear, conv2d, where: input, weight, bias
+            x, y, z = inputs
+            taped = False
+            if isinstance(x, Tensor):
+                taped = bool(x._tapes)
+                x = x._data
+            if isinstance(y, Tensor):
+                if y._tapes:
+                    taped = True
+                y = y._data
+            if isinstance(z, Tensor):
+                if z._tapes:
+                    taped = True
+                z = z._data
+            data = prim.fwd(x, y, z, **params)
         else:
             taped = False
             arrays = []
@@ -379,17 +394,21 @@ def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], ou
                 tapes = ()
         else:
             tapes = tuple([t for t in tapes if t._recording])
-    if param and _AUTO:  # trainable parameters are on every auto-watching tape
+    if param and _AUTO and tapes != _AUTO:  # trainable parameters are on every auto tape
         tapes = _AUTO if not tapes else tapes + tuple(t for t in _AUTO if t not in tapes)
     if not tapes:
         return
 
     sa = prim.save_args
+    k = prim.save_prefix
     if not sa:
         args = versions = None
-    elif n == prim.save_prefix:
+    elif n == k:
         args = inputs
         versions = vsum  # versions only grow: a changed sum means a saved tensor was modified
+    elif 0 < k < n:  # the first k inputs (linear, conv2d: input and weight, not the bias)
+        args = inputs[:k] + (None,) * (n - k)
+        versions = _version_sum(args)
     else:
         args = tuple([x if i in sa else None for i, x in enumerate(inputs)])
         versions = _version_sum(args)
