@@ -230,7 +230,7 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
             except Exception as e:
                 res["errors"][fw] = f"{type(e).__name__}: {e}"
                 continue
-            samples[fw].append((t, load))
+            samples[fw].append((t, load, r))
             if load is None or load <= MAX_LOAD:
                 quiet[fw].append(t)
             else:  # let the other work pass
@@ -337,18 +337,43 @@ def run_blas_env(rounds: int, min_time: float, max_wait: float, log=print) -> di
         g = r["workloads"]["g"]
         out[label] = {"env": {k: env.get(k) for k in BLAS_VARS}, "blas": r["machine"]["blas"],
                       "times": {fw: t["median_s"] for fw, t in g["times"].items()},
+                      "timings": g["times"],
                       "busy": any(t.get("busy") for t in g["times"].values()),
                       "flops": g["gemm"]["flops"]}
     return out
 
 
 # -- the report ------------------------------------------------------------------------------
+def _by_round(t: dict[str, Any]) -> dict[int, float]:
+    """``{round: seconds per step}`` of the samples the median used (quiet ones, or all)."""
+    out = {}
+    for s in t.get("samples", []):
+        if len(s) > 2 and (t.get("busy") or s[1] is None or s[1] <= MAX_LOAD):
+            out[s[2]] = s[0]
+    return out
+
+
+def paired_ratio(t_num: dict[str, Any], t_den: dict[str, Any]) -> float:
+    """The median over rounds of ``t_num``'s time over ``t_den``'s in the same round.
+
+    Each round times every framework back to back, so a ratio within a round cancels the
+    machine's drift from round to round (on a shared machine, often larger than the gap being
+    measured). Falls back to the ratio of the medians when fewer than 3 rounds pair up (or for
+    results saved before samples carried their round).
+    """
+    a, b = _by_round(t_num), _by_round(t_den)
+    common = sorted(set(a) & set(b))
+    if len(common) >= 3:
+        return statistics.median(a[r] / b[r] for r in common)
+    return t_num["median_s"] / t_den["median_s"]
+
+
 def speed_ratio(wl: dict[str, Any], peer: str, ours: str = "tapegrad") -> float | None:
     """tapegrad's steps/s over ``peer``'s on one workload (None when either is missing)."""
     t = wl["times"]
     if ours not in t or peer not in t:
         return None
-    return t[peer]["median_s"] / t[ours]["median_s"]
+    return paired_ratio(t[peer], t[ours])
 
 
 def is_busy(wl: dict[str, Any] | None, *fws: str) -> bool:
@@ -381,7 +406,7 @@ def gemm_fraction(wl: dict[str, Any], fw: str = "tapegrad") -> float | None:
     t = wl["times"]
     if fw not in t or "numpy-gemm" not in t:
         return None
-    return t["numpy-gemm"]["median_s"] / t[fw]["median_s"]
+    return paired_ratio(t["numpy-gemm"], t[fw])
 
 
 def _x(r: float | None, busy: bool = False) -> str:
@@ -433,10 +458,11 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
         "(drawn once with numpy and copied into every framework) on the same batch. Rounds",
         "alternate between frameworks; each round times enough steps to last"
         f" {cfg['min_time']:g} s, and the",
-        f"numbers are medians over {cfg['rounds']} rounds. **A ratio is tapegrad's steps/s over"
-        " the peer's:",
-        "above 1.0, tapegrad is faster.** Memory is the rise of peak RSS during a step, as a ratio",
-        "to PyTorch's (below 1.0, tapegrad uses less).",
+        f"step times are medians over {cfg['rounds']} rounds. **A ratio is tapegrad's steps/s"
+        " over the peer's, the median over rounds of the two measured in the same round:",
+        "above 1.0, tapegrad is faster.** (Each round times every framework back to back, so a",
+        "ratio within a round cancels the machine's drift between rounds.) Memory is the rise of",
+        "peak RSS during a step, as a ratio to PyTorch's (below 1.0, tapegrad uses less).",
         "",
     ]
     hw = [f"- Machine: {m['cpu']}, {m['cores']} cores ({m['platform']})"]
@@ -606,8 +632,11 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             tg_s, gemm_s, torch_s = t.get("tapegrad"), t.get("numpy-gemm"), t.get("torch")
             vals = ", ".join(f"{k}={v}" for k, v in r["env"].items() if v is not None) or "none"
             arch = r["blas"].get("architecture") or r["blas"].get("corename") or "?"
-            frac = f"{100 * gemm_s / tg_s:.0f}%" if tg_s and gemm_s else "—"
-            vs = f"{torch_s / tg_s:.2f}x" if tg_s and torch_s else "—"
+            tt = r.get("timings", {})
+            pair = (lambda a, b: paired_ratio(tt[a], tt[b])) if tt else (
+                lambda a, b: t[a] / t[b])
+            frac = f"{100 * pair('numpy-gemm', 'tapegrad'):.0f}%" if tg_s and gemm_s else "—"
+            vs = f"{pair('torch', 'tapegrad'):.2f}x" if tg_s and torch_s else "—"
             mark = "†" if r.get("busy") else ""
             out.append(f"| {label} | {vals} | {arch} | {1e3 * tg_s:.1f}{mark} | "
                        f"{1e3 * gemm_s:.1f}{mark} | {frac} | {vs} |")
