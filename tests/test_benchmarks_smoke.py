@@ -129,3 +129,14 @@ def test_profile_step_runs_and_accounts_for_the_step():
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout  # fmt: skip
     assert "ms per step" in out and "nn.linear forward" in out and "nn.linear backward" in out
+
+
+def test_ratio_is_taken_within_rounds():
+    # the machine's speed drifts 3x between rounds; within each round the peer is 2x slower
+    drift = [1.0, 3.0, 1.5, 2.5, 1.2]
+    ours = {"median_s": 1.5, "busy": False, "samples": [(d, 0.0, r) for r, d in enumerate(drift)]}
+    peer = {"median_s": 2.5, "busy": False,
+            "samples": [(2 * d, 0.0, r) for r, d in enumerate(drift)]}  # fmt: skip
+    assert suite.paired_ratio(peer, ours) == pytest.approx(2.0)
+    old = {k: v for k, v in ours.items() if k != "samples"}  # results saved without rounds
+    assert suite.paired_ratio({"median_s": 3.0}, old) == pytest.approx(2.0)
