@@ -238,7 +238,7 @@ def _tg_model(key: str, d: dict[str, Any]) -> Any:
     class MLP(nn.Module):
         def __init__(self, sizes: list[int], out: str | None) -> None:
             super().__init__()
-            self.layers = [nn.Linear(a, b) for a, b in pairwise(sizes)]
+            self.layers = nn.ModuleList([nn.Linear(a, b) for a, b in pairwise(sizes)])
             self.out = out
 
         def forward(self, x: Any) -> Any:

@@ -419,3 +419,56 @@ def test_named_modules_with_duplicates_and_cycles():
     assert [n for n, _ in outer.named_modules(remove_duplicate=False)] == ["", "inner"]
     assert outer.get_submodule("inner") is outer.inner
     assert repr(outer) == "Module(\n  (inner): Module(\n    (up): Module(...)\n  )\n)"
+
+
+def test_cached_parameter_list_follows_every_change():
+    """tape.gradient(loss, model) reuses the parameter list until the module tree changes."""
+    from tapegrad import nn
+
+    def same(m):
+        assert [id(p) for p in m._parameter_list()] == [id(p) for p in m.parameters()]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.ModuleList([nn.Linear(2, 2)])
+            self.heads = nn.ModuleDict({"a": nn.Linear(2, 1)})
+            self.seq = nn.Sequential(nn.Linear(2, 2))
+
+    m = Net()
+    same(m)
+    first = m._parameter_list()
+    assert m._parameter_list() == first  # cached
+    m.body.append(nn.Linear(2, 3))
+    same(m)
+    m.body[0] = nn.Linear(2, 2)
+    same(m)
+    m.heads["b"] = nn.Linear(2, 4)
+    same(m)
+    m.heads.pop("a")
+    same(m)
+    m.seq.append(nn.Linear(2, 2))
+    same(m)
+    del m.seq[0]
+    same(m)
+    m.seq[0].weight = nn.Parameter(tg.ones((2, 2)))  # replaced on a submodule
+    same(m)
+    m.extra = nn.Parameter(tg.ones(1))
+    same(m)
+    del m.extra
+    same(m)
+    m.body.insert(0, nn.Linear(2, 2))
+    same(m)
+    m.heads.clear()
+    same(m)
+
+    class Plain(nn.Module):  # a plain list can change without the module seeing it
+        def __init__(self):
+            super().__init__()
+            self.layers = [nn.Linear(2, 2)]
+
+    p = Plain()
+    same(p)
+    p.layers.append(nn.Linear(2, 2))
+    same(p)
+    assert len(p._parameter_list()) == 4

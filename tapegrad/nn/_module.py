@@ -73,7 +73,12 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if (name[0] != "_" or name in self._registered) and name != "training":
+            _STRUCTURE[0] += 1
             _adopt(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        _STRUCTURE[0] += 1
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The computation; subclasses define it."""
@@ -236,10 +241,21 @@ class Module:
 
     def _parameter_list(self) -> list[Parameter]:
         """``list(self.parameters())`` by a walk that builds no names (``tape.gradient(loss,
-        model)`` takes it every step)."""
+        model)`` takes it every step), cached until any module's fields change.
+
+        Every public assignment or deletion on any Module, and every change to a container
+        (Sequential, ModuleList, ModuleDict), moves a global structure counter; a tree that
+        holds plain lists or dicts (which can change unseen) is walked every time.
+        """
+        cached = self.__dict__.get("_param_cache")
+        if cached is not None and cached[0] == _STRUCTURE[0]:
+            return list(cached[1])
         out: list[Parameter] = []
-        _collect_params(self, out, set(), set(), set())
-        return out
+        mutable: list[bool] = []
+        _collect_params(self, out, set(), set(), set(), mutable)
+        if not mutable:
+            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], out))
+        return list(out)
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
@@ -504,8 +520,21 @@ def _members_of(  # noqa: PLR0917 - the walk's state, passed down the recursion
             yield from _members_of(item, f"{name}.{k}", f"{local}.{k}", owner, dedupe, seen, active)
 
 
+_STRUCTURE = [0]  # moves whenever a module's fields or a container's items change
+
+
+def structure_changed() -> None:
+    """Invalidate cached parameter lists (containers call it when their items change)."""
+    _STRUCTURE[0] += 1
+
+
 def _collect_params(
-    m: Module, out: list[Parameter], seen: set[int], mods: set[int], active: set[int]
+    m: Module,
+    out: list[Parameter],
+    seen: set[int],
+    mods: set[int],
+    active: set[int],
+    mutable: list[bool],
 ) -> None:
     fields = m._fields()
     for _, v in fields:
@@ -515,7 +544,7 @@ def _collect_params(
     active.add(id(m))
     for _, v in fields:
         if not isinstance(v, Tensor):
-            _collect_params_of(v, out, seen, mods, active)
+            _collect_params_of(v, out, seen, mods, active, mutable)
     active.discard(id(m))
 
 
@@ -523,7 +552,12 @@ _ATOMS = frozenset({int, float, str, bool, type(None)})
 
 
 def _collect_params_of(
-    v: Any, out: list[Parameter], seen: set[int], mods: set[int], active: set[int]
+    v: Any,
+    out: list[Parameter],
+    seen: set[int],
+    mods: set[int],
+    active: set[int],
+    mutable: list[bool],
 ) -> None:
     if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
         return
@@ -534,14 +568,18 @@ def _collect_params_of(
     elif isinstance(v, Module):
         if id(v) not in active and id(v) not in mods:
             mods.add(id(v))
-            _collect_params(v, out, seen, mods, active)
+            _collect_params(v, out, seen, mods, active, mutable)
     elif isinstance(v, (list, tuple)):
+        if not isinstance(v, tuple) and any(type(i) not in _ATOMS for i in v):
+            mutable.append(True)  # a plain list of modules or tensors can change unseen
         for item in v:
             if type(item) not in _ATOMS:
-                _collect_params_of(item, out, seen, mods, active)
+                _collect_params_of(item, out, seen, mods, active, mutable)
     elif isinstance(v, dict):
+        if any(type(i) not in _ATOMS for i in v.values()):
+            mutable.append(True)
         for item in v.values():
-            _collect_params_of(item, out, seen, mods, active)
+            _collect_params_of(item, out, seen, mods, active, mutable)
 
 
 def _named_modules(

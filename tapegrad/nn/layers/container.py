@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..._tensor import Tensor
-from .._module import Module, _adopt
+from .._module import Module, _adopt, structure_changed
 
 
 def _check_module(m: Any, where: str) -> Module:
@@ -41,6 +41,7 @@ class Sequential(Module):
                 self._put(str(i), m)
 
     def _put(self, key: str, m: Any) -> None:
+        structure_changed()
         self._modules[key] = _check_module(m, type(self).__name__)
         _adopt(key, m)
 
@@ -66,10 +67,12 @@ class Sequential(Module):
         return items[_index(idx, len(items), type(self).__name__)][1]
 
     def __setitem__(self, idx: int, module: Module) -> None:
+        structure_changed()
         key = list(self._modules)[_index(idx, len(self._modules), type(self).__name__)]
         self._put(key, module)
 
     def __delitem__(self, idx: int | slice) -> None:
+        structure_changed()
         keys = list(self._modules)
         doomed = keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys), "del")]]
         for k in doomed:
@@ -136,16 +139,20 @@ class ModuleList(Module):
             _adopt(str(i), m)
 
     def __getitem__(self, idx: int | slice) -> Any:
-        if isinstance(idx, slice):
-            return type(self)(self._items[idx])
+        if isinstance(idx, slice):  # a view's worth of work: no re-adoption, no structure change
+            part = type(self).__new__(type(self))
+            object.__setattr__(part, "_items", self._items[idx])
+            return part
         return self._items[_index(idx, len(self._items), "ModuleList")]
 
     def __setitem__(self, idx: int, module: Module) -> None:
+        structure_changed()
         i = _index(idx, len(self._items), "ModuleList")
         self._items[i] = _check_module(module, "ModuleList")
         _adopt(str(i), module)
 
     def __delitem__(self, idx: int | slice) -> None:
+        structure_changed()
         if isinstance(idx, slice):
             del self._items[idx]
         else:
@@ -163,6 +170,7 @@ class ModuleList(Module):
 
     def append(self, module: Module) -> ModuleList:
         """Add a module at the end."""
+        structure_changed()
         self._items.append(_check_module(module, "ModuleList"))
         _adopt(str(len(self._items) - 1), module)
         return self
@@ -175,6 +183,7 @@ class ModuleList(Module):
 
     def insert(self, index: int, module: Module) -> None:
         """Insert a module before ``index``."""
+        structure_changed()
         self._items.insert(index, _check_module(module, "ModuleList"))
         self._rename()
 
@@ -214,12 +223,14 @@ class ModuleDict(Module):
             ) from None
 
     def __setitem__(self, key: str, module: Module) -> None:
+        structure_changed()
         if not isinstance(key, str):
             raise TypeError(f"ModuleDict: keys must be strings, got {type(key).__name__}")
         self._items[key] = _check_module(module, "ModuleDict")
         _adopt(key, module)
 
     def __delitem__(self, key: str) -> None:
+        structure_changed()
         del self._items[key]
 
     def __len__(self) -> int:
@@ -245,10 +256,12 @@ class ModuleDict(Module):
 
     def pop(self, key: str) -> Module:
         """Remove ``key`` and return its module."""
+        structure_changed()
         return self._items.pop(key)
 
     def clear(self) -> None:
         """Remove every item."""
+        structure_changed()
         self._items.clear()
 
     def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
