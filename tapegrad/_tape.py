@@ -1051,36 +1051,10 @@ class Tape:
                     self._set_recording(was_recording)
             return {tid: _wrap(a) for tid, a in raw.items()}
         try:
-            for k in range(len(nodes) - 1, -1, -1):
-                rec = nodes[k]
-                if rec is None:
-                    continue
-                if free:
-                    nodes[k] = None  # the last reference, unless another tape shares the node
-                prim, ins, tid, _, _, ans, args, params, versions, _ = rec
-                g = grads.pop(tid, None)
-                if g is None:
-                    continue
-                if tid in keep:
-                    results[tid] = g
-                if args is None:
-                    args = (None,) * len(ins)
-                else:  # the version counters of what the VJPs will read must not have moved
-                    v = 0
-                    for x in args:
-                        if isinstance(x, Tensor):
-                            v += x._version
-                    if v != versions:
-                        _check_versions(rec)
-                if ans is not None and ans._version:
-                    _check_versions(rec)
+            for rec, g, args in self._reverse_walk(grads, keep, results, free):
+                prim, ins, ans, params = rec[_PRIM], rec[_INPUTS], rec[_ANS], rec[_PARAMS]
                 vjps = prim.vjps
-                for i, e in enumerate(ins):
-                    if e is None:
-                        continue
-                    itid = e if type(e) is int else e._tid
-                    if itid not in needed:
-                        continue
+                for i, itid in _wanted(ins, needed):
                     try:
                         vjp = vjps[i]
                     except IndexError:
@@ -1108,6 +1082,27 @@ class Tape:
         results.update(grads)  # leaves keep their gradients in `grads`
         return results
 
+    def _reverse_walk(
+        self, grads: dict[int, Any], keep: set[int], results: dict[int, Any], free: bool
+    ) -> Iterator[tuple[Any, Any, Any]]:
+        """Backward's walk over the record, last op first: ``(node, its output's gradient, the
+        saved inputs)`` for each node that has a gradient (popped from ``grads``; kept in
+        ``results`` too when asked for). A non-persistent walk drops each node as it passes."""
+        nodes = self._nodes
+        for k in range(len(nodes) - 1, -1, -1):
+            rec = nodes[k]
+            if rec is None:
+                continue
+            if free:
+                nodes[k] = None  # the last reference, unless another tape shares the node
+            tid = rec[_OUT_TID]
+            g = grads.pop(tid, None)
+            if g is None:
+                continue
+            if tid in keep:
+                results[tid] = g
+            yield rec, g, _saved_args(rec, rec[_INPUTS], rec[_ANS], rec[_ARGS], rec[_VERSIONS])
+
     def _backward_arrays(
         self,
         grads: dict[int, Any],
@@ -1118,33 +1113,11 @@ class Tape:
     ) -> dict[int, Any]:
         """``_backward`` on arrays, for a pass that no tape records: a primitive's ``raw`` VJPs
         where it has them, else its tensor VJPs on wrapped arrays (nothing records either)."""
-        nodes = self._nodes
         results: dict[int, Any] = {}
         a_args: Any = None
         a_ans = joint = tg = None
-        for k in range(len(nodes) - 1, -1, -1):
-            rec = nodes[k]
-            if rec is None:
-                continue
-            if free:
-                nodes[k] = None
-            prim, ins, tid, _, _, ans, args, params, versions, _ = rec
-            g = grads.pop(tid, None)
-            if g is None:
-                continue
-            if tid in keep:
-                results[tid] = g
-            if args is None:
-                args = (None,) * len(ins)
-            else:
-                v = 0
-                for x in args:
-                    if isinstance(x, Tensor):
-                        v += x._version
-                if v != versions:
-                    _check_versions(rec)
-            if ans is not None and ans._version:
-                _check_versions(rec)
+        for rec, g, args in self._reverse_walk(grads, keep, results, free):
+            prim, ins, ans, params = rec[_PRIM], rec[_INPUTS], rec[_ANS], rec[_PARAMS]
             raws = prim.raw
             if raws is not None or prim.joint is not None:
                 a_ans = None if ans is None else ans._data
@@ -1156,12 +1129,7 @@ class Tape:
                     joint = prim.joint(g, a_ans, *a_args, needs=needs, **params)
             else:
                 tg = _wrap(g)
-            for i, e in enumerate(ins):
-                if e is None:
-                    continue
-                itid = e if type(e) is int else e._tid
-                if itid not in needed:
-                    continue
+            for i, itid in _wanted(ins, needed):
                 if joint is not None:
                     gi = joint[i]
                     if gi is None:
@@ -1190,7 +1158,7 @@ class Tape:
                 grads[itid] = gi if prev is None else prev + gi
                 prev = gi = None
             # drop this node's arrays now, not when the names are next rebound
-            rec = args = ans = a_args = a_ans = joint = tg = g = None
+            ans = a_args = a_ans = joint = tg = None
         results.update(grads)
         return results
 
@@ -1344,44 +1312,62 @@ def _no_vjp_error(
     )
 
 
-def _unbroadcast_array(g: Any, shape: tuple[int, ...], opname: str) -> Any:
-    """``_unbroadcast`` on an array (the same sums, so the same numbers)."""
-    lead = g.ndim - len(shape)
-    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[lead:], strict=True)):
+def _wanted(ins: Any, needed: Any) -> Iterator[tuple[int, int]]:
+    """``(index, tid)`` of a node's inputs that need a gradient."""
+    for i, e in enumerate(ins):
+        if e is not None:
+            itid = e if type(e) is int else e._tid
+            if itid in needed:
+                yield i, itid
+
+
+def _saved_args(rec: Any, ins: Any, ans: Any, args: Any, versions: Any) -> Any:
+    """The VJPs' saved inputs (Nones when none were saved), after checking that none of them,
+    nor a saved output, was modified in place since the op ran (their version counters)."""
+    if args is None:
+        args = (None,) * len(ins)
+    else:
+        v = 0
+        for x in args:
+            if isinstance(x, Tensor):
+                v += x._version
+        if v != versions:
+            _check_versions(rec)
+    if ans is not None and ans._version:
+        _check_versions(rec)
+    return args
+
+
+def _unbroadcast_axes(gshape: tuple[int, ...], shape: tuple[int, ...], opname: str) -> Any:
+    """The axes to sum a gradient of ``gshape`` over to get back to ``shape``."""
+    lead = len(gshape) - len(shape)
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, gshape[lead:], strict=True)):
         raise ValueError(
             f"Tape.gradient: the VJP of '{opname}' returned a gradient of shape "
-            f"{tuple(g.shape)}, which does not broadcast to its input's shape {tuple(shape)}"
+            f"{tuple(gshape)}, which does not broadcast to its input's shape {tuple(shape)}"
         )
-    axes = tuple(range(lead)) + tuple(
-        i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1
+    return tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1
     )
+
+
+def _unbroadcast_array(g: Any, shape: tuple[int, ...], opname: str) -> Any:
+    """``_unbroadcast`` on an array (the same sums, so the same numbers)."""
+    axes = _unbroadcast_axes(g.shape, shape, opname)
     if axes:
         g = np.sum(g, axis=axes, keepdims=True)
-    if g.shape != shape:
-        g = np.reshape(g, shape)
-    return g
+    return g if g.shape == shape else np.reshape(g, shape)
 
 
 def _unbroadcast(g: Tensor, shape: tuple[int, ...], opname: str) -> Tensor:
     """Sum ``g`` back to ``shape``: broadcasting is undone here, once, for every primitive."""
     from .ops._reduce import sum as _sum  # noqa: PLC0415
+    from .ops._shape import reshape  # noqa: PLC0415
 
-    lead = g.ndim - len(shape)
-    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[lead:], strict=True)):
-        raise ValueError(
-            f"Tape.gradient: the VJP of '{opname}' returned a gradient of shape "
-            f"{tuple(g.shape)}, which does not broadcast to its input's shape {tuple(shape)}"
-        )
-    axes = tuple(range(lead)) + tuple(
-        i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1
-    )
+    axes = _unbroadcast_axes(tuple(g.shape), shape, opname)
     if axes:
         g = _sum(g, axis=axes, keepdims=True)
-    if g.shape != shape:
-        from .ops._shape import reshape  # noqa: PLC0415
-
-        g = reshape(g, shape)
-    return g
+    return g if g.shape == shape else reshape(g, shape)
 
 
 # --------------------------------------------------------------------------------------------

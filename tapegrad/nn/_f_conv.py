@@ -95,7 +95,7 @@ COL2IM: Primitive = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom:
 # All three work through the batch in chunks, so the columns of a few samples exist at a time.
 # --------------------------------------------------------------------------------------------
 
-COLS_BUDGET = 1 << 19  # elements of im2col columns per chunk (2 MiB of float32)
+COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
 
 def _chunks(geom: Geom, ckk: int) -> list[tuple[int, int]]:

@@ -250,12 +250,11 @@ class Module:
         cached = self.__dict__.get("_param_cache")
         if cached is not None and cached[0] == _STRUCTURE[0]:
             return list(cached[1])
-        out: list[Parameter] = []
-        mutable: list[bool] = []
-        _collect_params(self, out, set(), set(), set(), mutable)
-        if not mutable:
-            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], out))
-        return list(out)
+        walk = _ParamWalk()
+        walk.module(self)
+        if not walk.mutable:
+            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], walk.out))
+        return list(walk.out)
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
@@ -528,58 +527,54 @@ def structure_changed() -> None:
     _STRUCTURE[0] += 1
 
 
-def _collect_params(
-    m: Module,
-    out: list[Parameter],
-    seen: set[int],
-    mods: set[int],
-    active: set[int],
-    mutable: list[bool],
-) -> None:
-    fields = m._fields()
-    for _, v in fields:
-        if isinstance(v, Parameter) and id(v) not in seen:
-            seen.add(id(v))
-            out.append(v)
-    active.add(id(m))
-    for _, v in fields:
-        if not isinstance(v, Tensor):
-            _collect_params_of(v, out, seen, mods, active, mutable)
-    active.discard(id(m))
-
-
 _ATOMS = frozenset({int, float, str, bool, type(None)})
 
 
-def _collect_params_of(
-    v: Any,
-    out: list[Parameter],
-    seen: set[int],
-    mods: set[int],
-    active: set[int],
-    mutable: list[bool],
-) -> None:
-    if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
-        return
-    if isinstance(v, Parameter):
-        if id(v) not in seen:
-            seen.add(id(v))
-            out.append(v)
-    elif isinstance(v, Module):
-        if id(v) not in active and id(v) not in mods:
-            mods.add(id(v))
-            _collect_params(v, out, seen, mods, active, mutable)
-    elif isinstance(v, (list, tuple)):
-        if not isinstance(v, tuple) and any(type(i) not in _ATOMS for i in v):
-            mutable.append(True)  # a plain list of modules or tensors can change unseen
-        for item in v:
-            if type(item) not in _ATOMS:
-                _collect_params_of(item, out, seen, mods, active, mutable)
-    elif isinstance(v, dict):
-        if any(type(i) not in _ATOMS for i in v.values()):
-            mutable.append(True)
-        for item in v.values():
-            _collect_params_of(item, out, seen, mods, active, mutable)
+class _ParamWalk:
+    """The walk behind ``Module._parameter_list``: parameters in ``parameters()`` order, each
+    once; ``mutable`` is set when a plain list or dict holding modules or tensors was crossed."""
+
+    __slots__ = ("active", "mods", "mutable", "out", "seen")
+
+    def __init__(self) -> None:
+        self.out: list[Parameter] = []
+        self.seen: set[int] = set()  # parameters taken
+        self.mods: set[int] = set()  # modules visited
+        self.active: set[int] = set()  # modules on the current path (cycles)
+        self.mutable = False
+
+    def module(self, m: Module) -> None:
+        fields = m._fields()
+        for _, v in fields:
+            if isinstance(v, Parameter):
+                self.param(v)
+        self.active.add(id(m))
+        for _, v in fields:
+            if not isinstance(v, Tensor):
+                self.value(v)
+        self.active.discard(id(m))
+
+    def param(self, p: Parameter) -> None:
+        if id(p) not in self.seen:
+            self.seen.add(id(p))
+            self.out.append(p)
+
+    def value(self, v: Any) -> None:
+        if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
+            return
+        if isinstance(v, Parameter):
+            self.param(v)
+        elif isinstance(v, Module):
+            if id(v) not in self.active and id(v) not in self.mods:
+                self.mods.add(id(v))
+                self.module(v)
+        elif isinstance(v, (list, tuple, dict)):
+            items = v.values() if isinstance(v, dict) else v
+            for item in items:
+                if type(item) not in _ATOMS:
+                    # a plain list or dict of modules or tensors can change unseen
+                    self.mutable = self.mutable or not isinstance(v, tuple)
+                    self.value(item)
 
 
 def _named_modules(
