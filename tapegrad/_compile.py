@@ -25,6 +25,7 @@ from ._backend import np
 from ._tape import Gradients, Tape
 from ._tensor import Tensor, _wrap
 from .ops._common import as_tensor
+from .optim._optimizer import Optimizer
 
 
 class _Capture:
@@ -78,7 +79,8 @@ class _Program:
         for k, t in enumerate(inputs):
             slot[id(t)] = by_array[id(t._data)] = new("input", k)
         for p in params:
-            slot.setdefault(id(p), new("param", p))
+            # the backward's array computations read p's array: find it by array too
+            by_array[id(p._data)] = slot.setdefault(id(p), new("param", p))
         self.instrs: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = []
         for prim, ins, kw, out in cap.records:
             args: list[Any] = []
@@ -99,6 +101,8 @@ class _Program:
         self.grad_slots = []
         for p, g in grads.items():
             s = slot.get(id(g))
+            if s is None:  # backward on arrays: the gradient is a new wrapper of an op's array
+                s = by_array.get(id(g._data))
             if s is None:
                 s = new("const", g._data)
             self.grad_slots.append((p, s))
@@ -205,8 +209,7 @@ class CompiledStep:
         entry = self._programs.get(key)
         if callable(entry):
             loss, gs = entry([t._data for t in inputs])
-            params = self._params
-            self.optimizer.step(Gradients(zip(params, (_wrap(g) for g in gs), strict=True)))
+            self._update(gs)
             return _wrap(loss.copy() if isinstance(loss, np.ndarray) else loss)
         if entry == "eager":
             return self._eager(inputs, None)[0]
@@ -230,6 +233,26 @@ class CompiledStep:
                     stacklevel=2,
                 )
         return loss
+
+    def _update(self, gs: Any) -> None:
+        """``optimizer.step`` on the program's gradients. An optimizer that keeps the base
+        class's ``step`` gets its per-parameter update called directly (the gradients' shapes
+        and presence were checked when the step was captured); any other gets ``step``."""
+        opt = self.optimizer
+        params = self._params
+        if type(opt).step is not Optimizer.step:
+            opt.step(Gradients(zip(params, (_wrap(g) for g in gs), strict=True)))
+            return
+        group_of = {id(p): group for group in opt.param_groups for p in group["params"]}
+        for p, g in zip(params, gs, strict=True):
+            group = group_of.get(id(p))
+            if group is None or not p.requires_grad:
+                continue
+            st = opt.state.get(p)
+            if st is None:
+                st = opt.state[p] = opt.init_single(p._data, group)
+            opt.apply_single(p._data, g, st, group)
+            p._version += 1
 
     def _eager(self, inputs: list[Tensor], cap: _Capture | None) -> tuple[Tensor, Any]:
         params = [p for p in self.model.parameters() if p.requires_grad]

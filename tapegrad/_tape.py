@@ -1038,7 +1038,7 @@ class Tape:
         free = not self.persistent
         was_recording = self._recording
         self._set_recording(False)  # backward ops are never recorded on the tape they walk
-        if _CAPTURE is None and (not _RECORDING or not _GRAD_ENABLED):
+        if not _RECORDING or not _GRAD_ENABLED:
             # Nothing can record this pass: run it on arrays (see Primitive.raw).
             try:
                 raw = self._backward_arrays(
@@ -1115,7 +1115,8 @@ class Tape:
         where it has them, else its tensor VJPs on wrapped arrays (nothing records either)."""
         results: dict[int, Any] = {}
         a_args: Any = None
-        a_ans = joint = tg = None
+        a_ans = joint = tg = g2 = None
+        cap = _CAPTURE  # tg.compile records each array computation of this pass too
         for rec, g, args in self._reverse_walk(grads, keep, results, free):
             prim, ins, ans, params = rec[_PRIM], rec[_INPUTS], rec[_ANS], rec[_PARAMS]
             raws = prim.raw
@@ -1127,6 +1128,9 @@ class Tape:
                         e is not None and (e if type(e) is int else e._tid) in needed for e in ins
                     )
                     joint = prim.joint(g, a_ans, *a_args, needs=needs, **params)
+                    if cap is not None:
+                        kw = {**params, "needs": needs}
+                        _emit(cap, prim.joint, prim.name, (g, a_ans, *a_args), kw, joint)
             else:
                 tg = _wrap(g)
             for i, itid in _wanted(ins, needed):
@@ -1134,6 +1138,8 @@ class Tape:
                     gi = joint[i]
                     if gi is None:
                         raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                    if cap is not None:
+                        _emit(cap, _item, "item", (joint,), {"i": i}, gi)
                 elif raws is not None:
                     vjp = raws[i] if i < len(raws) else None
                     if vjp is None:
@@ -1141,6 +1147,8 @@ class Tape:
                     gi = vjp(g, a_ans, *a_args, **params)
                     if gi is None:
                         raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                    if cap is not None:
+                        _emit(cap, vjp, f"{prim.name} vjp{i}", (g, a_ans, *a_args), params, gi)
                 else:
                     vjp = prim.vjps[i] if i < len(prim.vjps) else None
                     if vjp is None:
@@ -1151,12 +1159,24 @@ class Tape:
                     gi = gt._data if isinstance(gt, Tensor) else gt
                 shape, dtype = info[itid]
                 if gi.shape != shape:
-                    gi = _unbroadcast_array(gi, shape, prim.name)
+                    g2 = _unbroadcast_array(gi, shape, prim.name)
+                    if cap is not None:
+                        kw = {"shape": shape, "opname": prim.name}
+                        _emit(cap, _unbroadcast_array, "unbroadcast", (gi,), kw, g2)
+                    gi = g2
                 if gi.dtype is not dtype and gi.dtype != dtype:
-                    gi = gi.astype(dtype)
+                    g2 = gi.astype(dtype)
+                    if cap is not None:
+                        _emit(cap, _astype_array, "astype", (gi,), {"dtype": dtype}, g2)
+                    gi = g2
                 prev = grads.get(itid)
-                grads[itid] = gi if prev is None else prev + gi
-                prev = gi = None
+                if prev is None:
+                    grads[itid] = gi
+                else:
+                    grads[itid] = g2 = prev + gi
+                    if cap is not None:
+                        _emit(cap, np.add, "add", (prev, gi), {}, g2)
+                prev = gi = g2 = None
             # drop this node's arrays now, not when the names are next rebound
             ans = a_args = a_ans = joint = tg = None
         results.update(grads)
@@ -1310,6 +1330,38 @@ def _no_vjp_error(
         f"Tape.gradient: cannot differentiate through primitive '{name}'{_where(rec)}: {why}, "
         f"but that input needs a gradient. Fix: {fix}."
     )
+
+
+class _ArrayOp:
+    """An array computation of the backward pass as ``tg.compile`` captures it: a name and a
+    function called as ``fwd(*inputs, **params)``, like a primitive's forward."""
+
+    __slots__ = ("fwd", "name")
+
+    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
+        self.fwd = fwd
+        self.name = name
+
+
+_ARRAY_OPS: dict[tuple[int, str], _ArrayOp] = {}
+
+
+def _emit(cap: list[Any], fn: Any, name: str, inputs: tuple[Any, ...], params: Any, out: Any) -> None:
+    """Append one array computation of backward to a ``tg.compile`` capture (arrays wrapped
+    in Tensors: the program finds their slots by array identity)."""
+    op = _ARRAY_OPS.get((id(fn), name))
+    if op is None:
+        op = _ARRAY_OPS[(id(fn), name)] = _ArrayOp(fn, name)
+    ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in inputs)
+    cap.append((op, ins, params, _wrap(out)))
+
+
+def _item(t: Any, i: int) -> Any:
+    return t[i]
+
+
+def _astype_array(g: Any, dtype: Any) -> Any:
+    return g.astype(dtype)
 
 
 def _wanted(ins: Any, needed: Any) -> Iterator[tuple[int, int]]:

@@ -20,6 +20,11 @@ from ._f_common import float_input, same_float, take
 
 
 def _linear_fwd(x: Any, w: Any, b: Any) -> Any:
+    if x.ndim == 2:  # the common case, without the reshapes
+        y = x @ w.T
+        if b is not None:
+            y += b
+        return y
     x2 = x.reshape(-1, x.shape[-1])
     y = x2 @ w.T
     if b is not None:
@@ -51,10 +56,14 @@ def _linear_raw_x(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
 
 
 def _linear_raw_w(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    if g.ndim == 2:
+        return np.matmul(g.T, x)
     return np.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
 
 
 def _linear_raw_b(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    if g.ndim == 2:
+        return g.sum(axis=0)
     return g.sum(axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 

@@ -10,6 +10,7 @@ from .._backend import np
 from ._optimizer import Optimizer
 
 CHUNK = 1 << 16  # elements per piece when updating a large parameter (256 KiB of float32)
+SMALL = 1 << 14  # up to here a temporary costs less than finding the scratch buffer
 _POOL: list[Any] = []
 
 
@@ -130,6 +131,9 @@ class SGD(Optimizer):
         self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any], tmp: Any
     ) -> None:
         lr, mom, wd = group["lr"], group["momentum"], group["weight_decay"]
+        if not (mom or wd) and p.size <= SMALL:  # plain SGD on a small array: no scratch lookup
+            p -= g * lr
+            return
         d = g
         if wd:
             if group["decoupled_weight_decay"]:
