@@ -4,8 +4,9 @@
 (a tape, ``gradient``, ``optimizer.step``) while every primitive that runs, forward and backward,
 is captured. Two captures with different batches must agree op for op: then the program is
 compiled to one generated Python function (``step.source`` shows it) that calls the primitives'
-forwards on arrays directly: no Tensors, no tape, no per-op bookkeeping, preallocated output
-buffers for elementwise kernels. The optimizer update then runs as usual (in place).
+forwards and array VJPs (``Primitive.raw``, which the engine captures during backward) directly:
+no Tensors, no tape, no per-op bookkeeping, preallocated output buffers for elementwise kernels.
+The optimizer's per-parameter update then runs in place.
 
 A step whose ops depend on the batch other than through tensor operands (an integer index taken
 from the labels, a random dropout mask, Python control flow on values) captures differently each
