@@ -1053,18 +1053,9 @@ class Tape:
         try:
             for rec, g, args in self._reverse_walk(grads, keep, results, free):
                 prim, ins, ans, params = rec[_PRIM], rec[_INPUTS], rec[_ANS], rec[_PARAMS]
-                vjps = prim.vjps
                 for i, itid in _wanted(ins, needed):
-                    try:
-                        vjp = vjps[i]
-                    except IndexError:
-                        vjp = None
-                    if vjp is None:
-                        raise _no_vjp_error(rec, i, info[itid])
-                    gi = vjp(g, ans, *args, **params)
+                    _, gi = _call_vjp(prim.vjps, rec, i, info[itid], g, ans, *args, **params)
                     if not isinstance(gi, Tensor):
-                        if gi is None:
-                            raise _no_vjp_error(rec, i, info[itid], returned_none=True)
                         gi = _wrap(gi)
                     shape, dtype = info[itid]
                     gd = gi._data
@@ -1120,20 +1111,19 @@ class Tape:
         for rec, g, args in self._reverse_walk(grads, keep, results, free):
             prim, ins, ans, params = rec[_PRIM], rec[_INPUTS], rec[_ANS], rec[_PARAMS]
             raws = prim.raw
+            wanted = dict(_wanted(ins, needed))  # {input index: its tid}
             if raws is not None or prim.joint is not None:
                 a_ans = None if ans is None else ans._data
                 a_args = [x._data if isinstance(x, Tensor) else x for x in args]
                 if prim.joint is not None:
-                    needs = tuple(
-                        e is not None and (e if type(e) is int else e._tid) in needed for e in ins
-                    )
+                    needs = tuple(i in wanted for i in range(len(ins)))
                     joint = prim.joint(g, a_ans, *a_args, needs=needs, **params)
                     if cap is not None:
                         kw = {**params, "needs": needs}
                         _emit(cap, prim.joint, prim.name, (g, a_ans, *a_args), kw, joint)
             else:
                 tg = _wrap(g)
-            for i, itid in _wanted(ins, needed):
+            for i, itid in wanted.items():
                 if joint is not None:
                     gi = joint[i]
                     if gi is None:
@@ -1141,21 +1131,11 @@ class Tape:
                     if cap is not None:
                         _emit(cap, _item, "item", (joint,), {"i": i}, gi)
                 elif raws is not None:
-                    vjp = raws[i] if i < len(raws) else None
-                    if vjp is None:
-                        raise _no_vjp_error(rec, i, info[itid])
-                    gi = vjp(g, a_ans, *a_args, **params)
-                    if gi is None:
-                        raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                    vjp, gi = _call_vjp(raws, rec, i, info[itid], g, a_ans, *a_args, **params)
                     if cap is not None:
                         _emit(cap, vjp, f"{prim.name} vjp{i}", (g, a_ans, *a_args), params, gi)
                 else:
-                    vjp = prim.vjps[i] if i < len(prim.vjps) else None
-                    if vjp is None:
-                        raise _no_vjp_error(rec, i, info[itid])
-                    gt = vjp(tg, ans, *args, **params)
-                    if gt is None:
-                        raise _no_vjp_error(rec, i, info[itid], returned_none=True)
+                    _, gt = _call_vjp(prim.vjps, rec, i, info[itid], tg, ans, *args, **params)
                     gi = gt._data if isinstance(gt, Tensor) else gt
                 shape, dtype = info[itid]
                 if gi.shape != shape:
@@ -1362,6 +1342,18 @@ def _item(t: Any, i: int) -> Any:
 
 def _astype_array(g: Any, dtype: Any) -> Any:
     return g.astype(dtype)
+
+
+def _call_vjp(table: Any, rec: Any, i: int, info_i: Any, *args: Any, **params: Any) -> Any:
+    """``(vjp, its result)`` for input ``i`` of a node, from ``table`` (the tensor or the array
+    VJPs): an error naming the primitive if it has none there, or if it returns None."""
+    vjp = table[i] if i < len(table) else None
+    if vjp is None:
+        raise _no_vjp_error(rec, i, info_i)
+    gi = vjp(*args, **params)
+    if gi is None:
+        raise _no_vjp_error(rec, i, info_i, returned_none=True)
+    return vjp, gi
 
 
 def _wanted(ins: Any, needed: Any) -> Iterator[tuple[int, int]]:
