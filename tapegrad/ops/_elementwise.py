@@ -285,9 +285,9 @@ def _binary(
                 out._version = 0
                 return out
         if scalar is not None and not (isinstance(x, Tensor) and isinstance(y, Tensor)):
-            if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
+            if _float_and_number(x, y):
                 return apply(scalar, x, c=y)
-            if _number(x) and isinstance(y, Tensor) and y._data.dtype.kind in "fc":
+            if _float_and_number(y, x):
                 return apply(scalar, y, c=x)
         if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x._data.dtype is y._data.dtype):
             x, y = operands(x, y)
@@ -322,8 +322,12 @@ _div_scalar = defprim(
 )
 
 
-def _number(v: Any) -> bool:
-    return type(v) is float or type(v) is int
+def _float_and_number(t: Any, v: Any) -> bool:
+    """Whether ``t`` is a float Tensor and ``v`` a Python number (a ``*_scalar`` primitive's
+    operands: the number becomes a param, so backward saves nothing for it)."""
+    return (type(v) is float or type(v) is int) and isinstance(t, Tensor) and (
+        t._data.dtype.kind in "fc"
+    )
 
 
 multiply = _binary(_mul, "multiply", "``x * y`` with broadcasting.", _mul_scalar)
@@ -358,7 +362,7 @@ floor_divide = _binary(
 
 def divide(x: Any, y: Any) -> Tensor:
     """``x / y`` (true division: two integer operands give the default float, as PyTorch)."""
-    if _number(y) and isinstance(x, Tensor) and x._data.dtype.kind in "fc":
+    if _float_and_number(x, y):
         return apply(_div_scalar, x, c=y)
     x, y = operands(x, y)
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)

@@ -71,6 +71,7 @@ class SGD(Optimizer):
             decoupled_weight_decay=decoupled_weight_decay,
         )
         super().__init__(params, defaults)
+        self._piece_scratch: dict[Any, list[Any]] = {}  # dtype -> per-thread pieces (large params)
 
     def check_group(self, group: dict[str, Any]) -> None:
         super().check_group(group)
@@ -110,10 +111,14 @@ class SGD(Optimizer):
         pieces = list(range(0, p.size, CHUNK))
         per = -(-len(pieces) // nt)
 
-        scratches = [self.tmp(np.empty((2, CHUNK), p.dtype), 100 + k) for k in range(nt)]
+        scratches = self._piece_scratch.get(p.dtype)  # two pieces per thread, kept between steps
+        if scratches is None:
+            scratches = self._piece_scratch[p.dtype] = [
+                np.empty((2, CHUNK), p.dtype) for _ in range(nt)
+            ]
 
         def run(k: int) -> None:
-            scratch = scratches[k]  # per thread, kept between steps
+            scratch = scratches[k]
 
             def tmp(like: Any, slot: int = 0) -> Any:
                 return scratch[slot][: like.size]
