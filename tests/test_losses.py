@@ -8,46 +8,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
+from torch_compare import close as _close
+from torch_compare import compare
 
 import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad.testing import check_grads
 
-RTOL, ATOL = 1e-6, 1e-9
 REDUCTIONS = ["mean", "sum", "none"]
-
-
-def _close(a, b, rtol=RTOL, atol=ATOL, what=""):
-    a = a.numpy() if isinstance(a, tg.Tensor) else np.asarray(a)
-    if isinstance(b, tg.Tensor):
-        b = b.numpy()
-    b = b.detach().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
-    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
-    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=what)
-
-
-def compare(tg_fn, torch_fn, arrays, diff=None, seed=0, rtol=RTOL, atol=ATOL):
-    """Outputs and the VJP of a random output gradient for every float input in ``diff``."""
-    rng = np.random.default_rng(seed)
-    if diff is None:
-        diff = [i for i, a in enumerate(arrays) if a is not None and a.dtype.kind == "f"]
-    tins = [None if a is None else tg.tensor(a) for a in arrays]
-    with tg.Tape() as tape:
-        for i in diff:
-            tape.watch(tins[i])
-        y = tg_fn(*tins)
-    pins = [
-        None if a is None else torch.tensor(a, requires_grad=i in diff)
-        for i, a in enumerate(arrays)
-    ]
-    ty = torch_fn(*pins)
-    _close(y, ty, rtol, atol, "forward")
-    g = rng.standard_normal(y.shape)
-    grads = tape.gradient(y, [tins[i] for i in diff], output_gradients=tg.tensor(g))
-    ty.backward(torch.tensor(g))
-    for k, i in enumerate(diff):
-        _close(grads[k], pins[i].grad, rtol, atol, f"gradient of input {i}")
-    return y
 
 
 def _targets(rng, shape, c, ignore=None):
