@@ -71,9 +71,13 @@ class Primitive:
         self.vjps = vjps
         # ``joint(g, ans, *args, needs=..., **params)``: every input's array gradient in one
         # call (a tuple; None where ``needs[i]`` is False), for VJPs that share work
-        self.joint = raw.fn if isinstance(raw, Joint) else None
+        self.joint = None
         if isinstance(raw, Joint):
-            raw = None
+            self.joint, raw = raw.fn, None
+        elif raw is True:  # the tensor VJPs use operators only: they run on arrays as written
+            raw = vjps
+        elif raw is not None and not isinstance(raw, tuple):
+            raw = (raw,)
         if raw is not None and len(raw) != len(vjps):
             raise ValueError(f"defprim {name!r}: raw= needs one array VJP per VJP ({len(vjps)})")
         self.raw = raw
@@ -132,12 +136,7 @@ def defprim(
     vjps = vjp if isinstance(vjp, tuple) else (vjp,)
     if name in PRIMITIVES:
         raise ValueError(f"defprim: a primitive named {name!r} is already registered")
-    raws = (
-        vjps
-        if raw is True
-        else (raw if isinstance(raw, (tuple, Joint)) or raw is None else (raw,))
-    )
-    p = Primitive(name, fwd, vjps, save, raws)
+    p = Primitive(name, fwd, vjps, save, raw)
     PRIMITIVES[name] = p
     return p
 
