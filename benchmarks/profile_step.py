@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workloads as W  # noqa: E402
 
-from tapegrad._tape import PRIMITIVES  # noqa: E402
+from tapegrad._autodiff import PRIMITIVES  # noqa: E402
 
 
 def _timed(name: str, f: Any, acc: dict[str, float]) -> Any:
@@ -38,16 +38,15 @@ def _timed(name: str, f: Any, acc: dict[str, float]) -> Any:
 
 
 def instrument(acc: dict[str, float]) -> None:
-    """Wrap every registered primitive's forward and array VJPs with a timer into ``acc``."""
+    """Wrap every registered primitive's forward and VJPs with a timer into ``acc``."""
     for p in PRIMITIVES.values():
         p.fwd = _timed(f"{p.name} forward", p.fwd, acc)
         if p.joint is not None:
             p.joint = _timed(f"{p.name} backward", p.joint, acc)
-        if p.raw is not None:
-            p.raw = tuple(
-                None if f is None else _timed(f"{p.name} backward[{i}]", f, acc)
-                for i, f in enumerate(p.raw)
-            )
+        p.vjps = tuple(
+            None if f is None else _timed(f"{p.name} backward[{i}]", f, acc)
+            for i, f in enumerate(p.vjps)
+        )
 
 
 def main() -> None:

@@ -16,6 +16,19 @@ from . import (
     optim,
     testing,
 )
+from ._autodiff import (
+    Gradients,
+    MissingGradientError,
+    Tape,
+    apply,
+    backward,
+    defprim,
+    is_grad_enabled,
+    no_grad,
+    stop_gradient,
+    trace,
+    undefprim,
+)
 from ._compile import CompiledStep, compile
 from ._creation import (
     Generator,
@@ -57,18 +70,6 @@ from ._dtypes import (
 )
 from ._functional import grad, value_and_grad
 from ._io import load, load_checkpoint, save, save_checkpoint
-from ._tape import (
-    Gradients,
-    MissingGradientError,
-    Tape,
-    apply,
-    backward,
-    defprim,
-    is_grad_enabled,
-    no_grad,
-    stop_gradient,
-    trace,
-)
 from ._tensor import Parameter, Tensor, is_tensor
 from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401

@@ -21,9 +21,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _tape
+from . import _autodiff
+from ._autodiff import Gradients, Tape
 from ._backend import np
-from ._tape import Gradients, Tape
 from ._tensor import Tensor, _wrap
 from .ops._common import as_tensor
 from .optim._optimizer import Optimizer
@@ -36,13 +36,11 @@ class _Capture:
         self.records: list[tuple[Any, tuple[Any, ...], dict[str, Any], Tensor]] = []
 
     def __enter__(self) -> _Capture:
-        if _tape._CAPTURE is not None:
-            raise RuntimeError("tg.compile: captures do not nest")
-        _tape._CAPTURE = self.records
+        _autodiff.start_capture(self.records)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _tape._CAPTURE = None
+        _autodiff.stop_capture()
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -12,7 +12,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ._tape import Tape, _module_gradients, _tensor_gradients, trace
+from ._autodiff import Tape, trace
+from ._autodiff._gradients import module_gradients, tensor_gradients
 from ._tensor import Parameter, Tensor
 from .ops._common import as_tensor
 
@@ -117,9 +118,9 @@ def value_and_grad(
         flat = [t for _, ts in wrt for t in ts]
         results, _, facts = tape._run(tape._seeds(value, None, strict=False), flat)
         grads = [
-            _module_gradients(ts, results, facts)
+            module_gradients(ts, results, facts)
             if m is not None
-            else _tensor_gradients(ts, results)[0]
+            else tensor_gradients(ts, results)[0]
             for m, ts in wrt
         ]
         g = grads[0] if isinstance(argnums, int) else tuple(grads)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._tape import _input_tid, _saved_bytes
-
 if TYPE_CHECKING:
-    from ._tape import Tape
+    from ._autodiff import Tape
     from ._tensor import Tensor
 
 
@@ -61,8 +59,8 @@ def summary(tape: Tape) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(6)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    nleaves = len(tape._scan()[1])
-    held = _saved_bytes((r for r in tape._nodes if r is not None), set())
+    nleaves = len(tape.leaves)
+    held = tape.bytes_held()
     lines.append(
         f"{len(nodes)} op{'s' if len(nodes) != 1 else ''}, {nleaves} "
         f"lea{'ves' if nleaves != 1 else 'f'}, {_fmt_bytes(held)} held for backward"
@@ -100,7 +98,7 @@ def to_dot(tape: Tape, group: str = "op") -> str:
     if group != "op":
         raise ValueError(f"to_dot: group must be 'op' or 'module', got {group!r}")
     nodes = tape.nodes
-    info, leaves = tape._scan()
+    leaves = {t._tid: t for t in tape.leaves}
     lines = [
         "digraph tape {",
         '  rankdir=TB; node [fontname="Helvetica", fontsize=10]; edge [color="#555555"];',
@@ -128,10 +126,9 @@ def to_dot(tape: Tape, group: str = "op") -> str:
             f'  leaf{tid} [label="{label}", shape=ellipse, style=filled, fillcolor="{color}"];'
         )
     for i, n in enumerate(nodes):
-        for e in n[1]:
-            if e is None:
+        for tid in n.input_tids:
+            if tid is None:
                 continue
-            tid = _input_tid(e)
             if tid in producers and producers[tid] < i:
                 lines.append(f"  op{producers[tid]} -> op{i};")
             elif tid in leaves:
@@ -142,7 +139,7 @@ def to_dot(tape: Tape, group: str = "op") -> str:
 
 def _to_dot_modules(tape: Tape) -> str:
     nodes = tape.nodes
-    _, leaves = tape._scan()
+    leaves = {t._tid: t for t in tape.leaves}
     top = "(top level)"
     scope_of = {n.out_tid: (n.scope or top) for n in nodes}
     order: dict[str, list[Any]] = {}
@@ -165,10 +162,9 @@ def _to_dot_modules(tape: Tape) -> str:
     edges: set[tuple[str, str]] = set()
     for n in nodes:
         dst = ids[n.scope or top]
-        for e in n[1]:
-            if e is None:
+        for tid in n.input_tids:
+            if tid is None:
                 continue
-            tid = _input_tid(e)
             if tid in scope_of:
                 src = ids[scope_of[tid]]
                 if src != dst:
@@ -228,8 +224,8 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
             f"no path: the source has dtype {source.dtype}; integer and bool tensors carry no "
             "gradient (an embedding's gradient goes to its float table, not to the indices)"
         )
-    info, leaves = tape._scan()
-    if source._tid is None or source._tid not in info:
+    on_tape = {t._tid for t in tape.leaves} | {n.out_tid for n in tape.nodes}
+    if source._tid is None or source._tid not in on_tape:
         if getattr(source, "_is_param", False):
             if not source.requires_grad:  # type: ignore[attr-defined]
                 return "no path: the source is a frozen parameter (requires_grad=False)"
@@ -248,7 +244,7 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
             "produced it (watch it with tape.watch(x) or trace it with x.trace(tape); a tensor "
             "made with .numpy(), detach() or inside tg.no_grad() has left every tape)"
         )
-    if target._tid is None or target._tid not in info:
+    if target._tid is None or target._tid not in on_tape:
         return (
             "no path: the target is not on this tape: it was computed only from tensors on no "
             "open tape, or left the tape through .numpy(), detach()/stop_gradient or no_grad()"
@@ -257,10 +253,10 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
     parent: dict[int, tuple[int, int]] = {}  # tid -> (node index, the input tid it came from)
     reach = {source._tid}
     for i, n in enumerate(nodes):
-        for e in n[1]:
-            if e is not None and _input_tid(e) in reach:
+        for tid in n.input_tids:
+            if tid is not None and tid in reach:
                 reach.add(n.out_tid)
-                parent.setdefault(n.out_tid, (i, _input_tid(e)))
+                parent.setdefault(n.out_tid, (i, tid))
                 break
     if target._tid not in reach:
         return (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _autodiff as _tape
 from . import _backend as B
-from . import _tape
 from ._backend import np
 from ._tensor import Tensor, _wrap
 from .ops import _elementwise as E
@@ -52,7 +52,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
     the output of an index-put, and ops that saved its old value notice (version counter)."""
     v = value._data if isinstance(value, Tensor) else value
     nidx = S._norm_index(idx)
-    recording = _tape._GRAD_ENABLED and (
+    recording = _tape.is_grad_enabled() and (
         any(tp._recording for tp in self._tapes)
         or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
     )
@@ -209,7 +209,7 @@ def _copy_(self: Tensor, src: Any) -> Tensor:
     return self
 
 
-_CLONE = _tape.defprim("clone", lambda x: x.copy(), lambda g, ans, x: g)
+_CLONE = _tape.defprim("clone", lambda x: x.copy(), lambda xp, g, ans, x: g)
 
 
 def _clone(self: Tensor) -> Tensor:
@@ -232,8 +232,8 @@ def _to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None) -> Tens
     return out
 
 
-def _to_device_vjp(g: Tensor, ans: Any, x: Any, device: str) -> Tensor:
-    return _tape.apply(_TO_DEVICE, g, device="cpu" if device == "cuda" else "cuda")
+def _to_device_vjp(xp: Any, g: Any, ans: Any, x: Any, device: str) -> Any:
+    return xp.apply(_TO_DEVICE, g, device="cpu" if device == "cuda" else "cuda")
 
 
 _TO_DEVICE = _tape.defprim("to_device", B.to_device, _to_device_vjp)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._autodiff import Tape, trace
 from ._backend import np
-from ._tape import Tape, trace
 from ._tensor import Tensor, _wrap
 
 __all__ = ["check_grads", "check_vjp", "numerical_jvp"]

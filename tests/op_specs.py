@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as TF
 
 import tapegrad as tg
-from tapegrad._tape import PRIMITIVES
+from tapegrad._autodiff import PRIMITIVES
 from tapegrad.ops import _shape as S
 
 Array = np.ndarray

@@ -15,7 +15,7 @@ from torch_compare import compare
 
 import tapegrad as tg
 import tapegrad.nn.functional as F
-from tapegrad._tape import PRIMITIVES
+from tapegrad._autodiff import PRIMITIVES
 from tapegrad.testing import check_grads
 
 

@@ -17,7 +17,7 @@ import torch
 from op_specs import ARITY_FAMILIES, ELSEWHERE, F64, SPECS, Spec
 
 import tapegrad as tg
-from tapegrad._tape import PRIMITIVES
+from tapegrad._autodiff import PRIMITIVES
 from tapegrad.ops import _special
 from tapegrad.testing import check_grads
 

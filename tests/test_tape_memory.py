@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad._tape import OUT, Primitive
+from tapegrad._autodiff import OUT, Primitive
 
 BATCH, WIDTH, LAYERS = 512, 32, 50
 ACT = BATCH * WIDTH * 8  # bytes of one float64 activation
@@ -21,7 +21,7 @@ ACT = BATCH * WIDTH * 8  # bytes of one float64 activation
 
 def _spy(save: tuple[int, ...], seen: list) -> Primitive:
     def vjp(i):
-        def f(g, ans, x, y):
+        def f(xp, g, ans, x, y):
             seen.append((i, ans, x, y))
             return g
 
@@ -30,12 +30,13 @@ def _spy(save: tuple[int, ...], seen: list) -> Primitive:
     return Primitive(f"test_spy{save}", lambda x, y: x + y, (vjp(0), vjp(1)), save)
 
 
+@pytest.mark.parametrize("on_tensors", [False, True])
 @pytest.mark.parametrize(
     "save,want",
     [((), (False, False, False)), ((OUT,), (True, False, False)), ((1,), (False, False, True)),
      ((0, 1, OUT), (True, True, True))],
 )  # fmt: skip
-def test_a_vjp_receives_only_what_its_primitive_saves(save, want):
+def test_a_vjp_receives_only_what_its_primitive_saves(save, want, on_tensors):
     seen: list = []
     prim = _spy(save, seen)
     x, y = tg.tensor(np.ones(3)), tg.tensor(np.ones(3))
@@ -44,12 +45,18 @@ def test_a_vjp_receives_only_what_its_primitive_saves(save, want):
         z = tg.apply(prim, x, y)
     node = tape.nodes[0]
     assert (node.ans is not None, *(a is not None for a in (node.args or (None, None)))) == want
-    tape.gradient(z, [x, y], output_gradients=np.ones(3))
+    if on_tensors:  # an outer tape records the backward pass: the VJPs get the Tensors
+        with tg.Tape():
+            tape.gradient(z, [x, y], output_gradients=np.ones(3))
+        z_, x_, y_ = z, x, y
+    else:  # nothing records it: the VJPs get the arrays
+        tape.gradient(z, [x, y], output_gradients=np.ones(3))
+        z_, x_, y_ = z._data, x._data, y._data
     assert len(seen) == 2
     for _, ans, xs, ys in seen:
-        assert ans is z if want[0] else ans is None
-        assert (xs is x) == want[1] and (xs is None) == (not want[1])
-        assert (ys is y) == want[2] and (ys is None) == (not want[2])
+        assert ans is z_ if want[0] else ans is None
+        assert (xs is x_) == want[1] and (xs is None) == (not want[1])
+        assert (ys is y_) == want[2] and (ys is None) == (not want[2])
 
 
 def test_builtin_ops_keep_their_output_rather_than_their_input():
@@ -89,7 +96,7 @@ def test_bytes_held_is_exactly_what_the_vjps_declared():
 
 def _probe(marks: list[int]) -> Primitive:
     # an identity whose VJP notes the traced memory at that point of the backward pass
-    def vjp(g, ans, x):
+    def vjp(xp, g, ans, x):
         marks.append(tracemalloc.get_traced_memory()[0])
         return g
 

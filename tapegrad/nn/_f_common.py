@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
-from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -120,14 +120,14 @@ def _take_grad_fwd(g: Any, idx: Any, axis: int, n: int, zero_row: Any) -> Any:
 _TAKE = defprim(
     "nn.take",
     _take_fwd,
-    lambda g, ans, x, idx, axis, n, zero_row, masked: apply(
+    lambda xp, g, ans, x, idx, axis, n, zero_row, masked: xp.apply(
         _TAKE_GRAD, g, idx=idx, axis=axis, n=n, zero_row=zero_row
     ),
 )
 _TAKE_GRAD: Primitive = defprim(
     "nn.take_grad",
     _take_grad_fwd,
-    lambda gg, ans, g, idx, axis, n, zero_row: apply(
+    lambda xp, gg, ans, g, idx, axis, n, zero_row: xp.apply(
         _TAKE, gg, idx=idx, axis=axis, n=n, zero_row=zero_row, masked=True
     ),
 )

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
-from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor
 from ..ops import _linalg as L
-from ..ops import _reduce as R
 from ..ops import _shape as S
 from ._f_common import float_input, ntuple, same_float
 
@@ -83,8 +82,12 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
     return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
 
 
-IM2COL = defprim("nn.im2col", _im2col_fwd, lambda g, ans, x, geom: apply(COL2IM, g, geom=geom))
-COL2IM: Primitive = defprim("nn.col2im", _col2im_fwd, lambda g, ans, cols, geom: apply(IM2COL, g, geom=geom))
+IM2COL = defprim(
+    "nn.im2col", _im2col_fwd, lambda xp, g, ans, x, geom: xp.apply(COL2IM, g, geom=geom)
+)
+COL2IM: Primitive = defprim(
+    "nn.col2im", _col2im_fwd, lambda xp, g, ans, cols, geom: xp.apply(IM2COL, g, geom=geom)
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,52 +162,41 @@ CONV2D_INPUT_GRAD: Primitive = defprim(
     "nn.conv2d_input_grad",
     _input_grad_fwd,
     (
-        lambda c, ans, g, w, geom, groups: apply(CONV2D, c, w, None, geom=geom, groups=groups),
-        lambda c, ans, g, w, geom, groups: apply(
+        lambda xp, c, ans, g, w, geom, groups: xp.apply(
+            CONV2D, c, w, None, geom=geom, groups=groups
+        ),
+        lambda xp, c, ans, g, w, geom, groups: xp.apply(
             CONV2D_WEIGHT_GRAD, g, c, geom=geom, groups=groups, wshape=w.shape
         ),
     ),
     (0, 1),
-    (
-        lambda c, ans, g, w, geom, groups: _conv2d_fwd(c, w, None, geom, groups),
-        lambda c, ans, g, w, geom, groups: _weight_grad_fwd(g, c, geom, groups, w.shape),
-    ),
 )
 CONV2D_WEIGHT_GRAD: Primitive = defprim(
     "nn.conv2d_weight_grad",
     _weight_grad_fwd,
     (
-        lambda c, ans, g, x, geom, groups, wshape: apply(
+        lambda xp, c, ans, g, x, geom, groups, wshape: xp.apply(
             CONV2D, x, c, None, geom=geom, groups=groups
         ),
-        lambda c, ans, g, x, geom, groups, wshape: apply(
+        lambda xp, c, ans, g, x, geom, groups, wshape: xp.apply(
             CONV2D_INPUT_GRAD, g, c, geom=geom, groups=groups
         ),
     ),
     (0, 1),
-    (
-        lambda c, ans, g, x, geom, groups, wshape: _conv2d_fwd(x, c, None, geom, groups),
-        lambda c, ans, g, x, geom, groups, wshape: _input_grad_fwd(g, c, geom, groups),
-    ),
 )
 CONV2D: Primitive = defprim(
     "nn.conv2d",
     _conv2d_fwd,
     (
-        lambda g, ans, x, w, b, geom, groups: apply(
+        lambda xp, g, ans, x, w, b, geom, groups: xp.apply(
             CONV2D_INPUT_GRAD, g, w, geom=geom, groups=groups
         ),
-        lambda g, ans, x, w, b, geom, groups: apply(
+        lambda xp, g, ans, x, w, b, geom, groups: xp.apply(
             CONV2D_WEIGHT_GRAD, g, x, geom=geom, groups=groups, wshape=w.shape
         ),
-        lambda g, ans, x, w, b, geom, groups: R.sum(g, axis=(0, 2, 3)),
+        lambda xp, g, ans, x, w, b, geom, groups: xp.sum(g, axis=(0, 2, 3)),
     ),
     (0, 1),
-    (
-        lambda g, ans, x, w, b, geom, groups: _input_grad_fwd(g, w, geom, groups),
-        lambda g, ans, x, w, b, geom, groups: _weight_grad_fwd(g, x, geom, groups, w.shape),
-        lambda g, ans, x, w, b, geom, groups: np.sum(g, axis=(0, 2, 3)),
-    ),
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._autodiff import apply, defprim
 from .._backend import np, xp_of
-from .._tape import apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -32,48 +32,24 @@ def _linear_fwd(x: Any, w: Any, b: Any) -> Any:
     return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 
-def _linear_vjp_x(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any) -> Tensor:
+def _linear_vjp_x(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
     if g.ndim <= 2:
-        return L.matmul(g, w)  # (N, out) @ (out, in)
-    g2 = S.reshape(g, (-1, g.shape[-1]))
-    return S.reshape(L.matmul(g2, w), x.shape)  # one GEMM over the folded leading axes
+        return xp.matmul(g, w)  # (N, out) @ (out, in)
+    g2 = xp.reshape(g, (-1, g.shape[-1]))
+    return xp.reshape(xp.matmul(g2, w), x.shape)  # one GEMM over the folded leading axes
 
 
-def _linear_vjp_w(g: Tensor, ans: Any, x: Tensor, w: Tensor, b: Any) -> Tensor:
-    g2 = S.reshape(g, (-1, g.shape[-1]))
-    x2 = S.reshape(x, (-1, x.shape[-1]))
-    return L.matmul(S.swapaxes(g2, 0, 1), x2)  # (out, N) @ (N, in)
-
-
-def _linear_vjp_b(g: Tensor, ans: Any, x: Any, w: Any, b: Any) -> Tensor:
-    return R.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
-
-
-def _linear_raw_x(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
-    if g.ndim <= 2:
-        return np.matmul(g, w)
-    return np.matmul(g.reshape(-1, g.shape[-1]), w).reshape(x.shape)
-
-
-def _linear_raw_w(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+def _linear_vjp_w(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
     if g.ndim == 2:
-        return np.matmul(g.T, x)
-    return np.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
+        return xp.matmul(g.T, x)  # (out, N) @ (N, in)
+    return xp.matmul(xp.reshape(g, (-1, g.shape[-1])).T, xp.reshape(x, (-1, x.shape[-1])))
 
 
-def _linear_raw_b(g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
-    if g.ndim == 2:
-        return g.sum(axis=0)
-    return g.sum(axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
+def _linear_vjp_b(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
+    return xp.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
-LINEAR = defprim(
-    "nn.linear",
-    _linear_fwd,
-    (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b),
-    (0, 1),
-    (_linear_raw_x, _linear_raw_w, _linear_raw_b),
-)
+LINEAR = defprim("nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1))
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
-from .._tape import Primitive, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
@@ -54,11 +54,11 @@ def _pick_grad_fwd(g: Any, t: Any, shape: tuple[int, ...]) -> Any:
 _PICK = defprim(
     "nn.pick",
     _pick_fwd,
-    lambda g, ans, x, t: apply(_PICK_GRAD, g, t=t, shape=x.shape),
+    lambda xp, g, ans, x, t: xp.apply(_PICK_GRAD, g, t=t, shape=x.shape),
     (0,),
 )
 _PICK_GRAD: Primitive = defprim(
-    "nn.pick_grad", _pick_grad_fwd, lambda gg, ans, g, t, shape: apply(_PICK, gg, t=t)
+    "nn.pick_grad", _pick_grad_fwd, lambda xp, gg, ans, g, t, shape: xp.apply(_PICK, gg, t=t)
 )
 
 
@@ -99,23 +99,23 @@ def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
     return e
 
 
-def _ce_grad_vjp_x(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, coef: Any, total: bool):
+def _ce_grad_vjp_x(xp: Any, gg: Any, ans: Any, x: Any, g: Any, t: Any, coef: Any, total: bool):
     # the Hessian of logsumexp, diag(p) - p p^T, applied to gg scaled by the upstream g
-    p = SM.softmax(x, axis=1)
-    u = gg * S.expand_dims(g * _wrap(coef), 1)
-    return p * u - p * R.sum(p * u, axis=1, keepdims=True)
+    p = xp.apply(SM._SOFTMAX, x, axis=1)
+    u = gg * xp.expand_dims(g * xp.const(coef), 1)
+    return p * u - p * xp.sum(p * u, axis=1, keepdims=True)
 
 
-def _ce_grad_vjp_g(gg: Tensor, ans: Any, x: Tensor, g: Tensor, t: Any, coef: Any, total: bool):
-    d = SM.softmax(x, axis=1) - _wrap(_one_hot_like(x._data, t))
-    per_position = R.sum(gg * d, axis=1) * _wrap(coef)
-    return R.sum(per_position) if total else per_position
+def _ce_grad_vjp_g(xp: Any, gg: Any, ans: Any, x: Any, g: Any, t: Any, coef: Any, total: bool):
+    d = xp.apply(SM._SOFTMAX, x, axis=1) - xp.const(_one_hot_like(xp.data(x), t))
+    per_position = xp.sum(gg * d, axis=1) * xp.const(coef)
+    return xp.sum(per_position) if total else per_position
 
 
 _CE = defprim(
     "nn.cross_entropy",
     _ce_fwd,
-    lambda g, ans, x, t, coef, total: apply(_CE_GRAD, x, g, t=t, coef=coef, total=total),
+    lambda xp, g, ans, x, t, coef, total: xp.apply(_CE_GRAD, x, g, t=t, coef=coef, total=total),
     (0,),
 )
 _CE_GRAD: Primitive = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
@@ -455,11 +455,10 @@ MSE = defprim(
     "nn.mse_loss",
     _mse_fwd,
     (
-        lambda g, ans, x, t, scale: (g * (2.0 * scale)) * (x - t),
-        lambda g, ans, x, t, scale: (g * (-2.0 * scale)) * (x - t),
+        lambda xp, g, ans, x, t, scale: (g * (2.0 * scale)) * (x - t),
+        lambda xp, g, ans, x, t, scale: (g * (-2.0 * scale)) * (x - t),
     ),
     (0, 1),
-    True,
 )
 
 

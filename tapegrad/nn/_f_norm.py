@@ -11,14 +11,12 @@ same numbers either way. The others are compositions of tapegrad ops.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any
 
+from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim
 from .._backend import np, xp_of
-from .._tape import Joint, apply, defprim
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor
 from ..ops import _elementwise as E
-from ..ops import _linalg as L
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ._f_common import float_input
@@ -43,34 +41,29 @@ def _ones_like_row(a: Any, n: int) -> Any:
 
 
 # Row and column sums are products with a vector of ones (one BLAS call, several times faster
-# than numpy's reduction over a short last axis); both paths make the same calls.
-_TENSOR_OPS = SimpleNamespace(
-    rows=lambda a, m: S.reshape(a, (-1, m)),
-    rowsum=lambda a: S.reshape(L.matmul(a, _wrap(_ones_like_row(a._data, a.shape[1]))), (-1, 1)),
-    colsum=lambda a: L.matmul(_wrap(_ones_like_row(a._data, a.shape[0])), a),
-    rsqrt=E.rsqrt,
-    reshape=S.reshape,
-)
-_ARRAY_OPS = SimpleNamespace(
-    rows=lambda a, m: a.reshape(-1, m),
-    rowsum=lambda a: np.matmul(a, _ones_like_row(a, a.shape[1])).reshape(-1, 1),
-    colsum=lambda a: np.matmul(_ones_like_row(a, a.shape[0]), a),
-    rsqrt=lambda a: 1.0 / np.sqrt(a),
-    reshape=lambda a, shape: a.reshape(shape),
-)
+# than numpy's reduction over a short last axis).
+_RSQRT = PRIMITIVES["rsqrt"]
 
 
-def _ln_stats(x: Any, m: int, eps: float, ops: Any) -> tuple[Any, Any]:
+def _rowsum(xp: Any, a: Any) -> Any:
+    return xp.reshape(xp.matmul(a, xp.const(_ones_like_row(xp.data(a), a.shape[1]))), (-1, 1))
+
+
+def _colsum(xp: Any, a: Any) -> Any:
+    return xp.matmul(xp.const(_ones_like_row(xp.data(a), a.shape[0])), a)
+
+
+def _ln_stats(xp: Any, x: Any, m: int, eps: float) -> tuple[Any, Any]:
     """Over rows of ``m`` elements: ``(x - mean) * rstd`` (R, m) and ``rstd`` (R, 1)."""
-    x2 = ops.rows(x, m)
-    d = x2 - ops.rowsum(x2) * (1.0 / m)
-    rstd = ops.rsqrt(ops.rowsum(d * d) * (1.0 / m) + eps)
+    x2 = xp.reshape(x, (-1, m))
+    d = x2 - _rowsum(xp, x2) * (1.0 / m)
+    rstd = xp.apply(_RSQRT, _rowsum(xp, d * d) * (1.0 / m) + eps)
     return d * rstd, rstd
 
 
 def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
     m = math.prod(x.shape[a] for a in axes)
-    y, _ = _ln_stats(x, m, eps, _ARRAY_OPS)
+    y, _ = _ln_stats(ARRAYS, x, m, eps)
     if w is not None:
         y *= w.reshape(-1)
     if b is not None:
@@ -79,38 +72,26 @@ def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
 
 
 def _ln_grads(
-    g: Any, x: Any, w: Any, axes: tuple[int, ...], eps: float, needs: Any, ops: Any
+    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float, needs: Any
 ) -> tuple[Any, Any, Any]:
+    # backward recomputes the two statistics from the saved input (no normalised copy kept)
     m = math.prod(x.shape[a] for a in axes)
     ns = x.shape[x.ndim - len(axes) :]
-    xhat, rstd = _ln_stats(x, m, eps, ops)
-    g2 = ops.rows(g, m)
+    xhat, rstd = _ln_stats(xp, x, m, eps)
+    g2 = xp.reshape(g, (-1, m))
     gx = gw = gb = None
     if needs[1]:
-        gw = ops.reshape(ops.colsum(g2 * xhat), ns)
+        gw = xp.reshape(_colsum(xp, g2 * xhat), ns)
     if needs[2]:
-        gb = ops.reshape(ops.colsum(g2), ns)
+        gb = xp.reshape(_colsum(xp, g2), ns)
     if needs[0]:
-        gy = g2 if w is None else g2 * ops.reshape(w, (m,))
-        gx = rstd * (gy - ops.rowsum(gy) * (1.0 / m) - xhat * (ops.rowsum(gy * xhat) * (1.0 / m)))
-        gx = ops.reshape(gx, x.shape)
+        gy = g2 if w is None else g2 * xp.reshape(w, (m,))
+        gx = rstd * (gy - _rowsum(xp, gy) * (1.0 / m) - xhat * (_rowsum(xp, gy * xhat) * (1.0 / m)))
+        gx = xp.reshape(gx, x.shape)
     return gx, gw, gb
 
 
-def _ln_vjp(i: int) -> Any:
-    needs = tuple(k == i for k in range(3))
-    return lambda g, ans, x, w, b, axes, eps: _ln_grads(g, x, w, axes, eps, needs, _TENSOR_OPS)[i]
-
-
-LAYER_NORM = defprim(
-    "nn.layer_norm",
-    _ln_fwd,
-    (_ln_vjp(0), _ln_vjp(1), _ln_vjp(2)),
-    (0, 1),
-    Joint(
-        lambda g, ans, x, w, b, axes, eps, needs: _ln_grads(g, x, w, axes, eps, needs, _ARRAY_OPS)
-    ),
-)
+LAYER_NORM = defprim("nn.layer_norm", _ln_fwd, Joint(_ln_grads), (0, 1))
 
 
 def _affine(y: Tensor, weight: Any, bias: Any, shape: tuple[int, ...], op: str) -> Tensor:

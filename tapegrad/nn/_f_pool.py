@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._autodiff import OUT, Primitive, apply, defprim
 from .._backend import np, xp_of
-from .._tape import OUT, Primitive, apply, defprim
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -71,7 +71,7 @@ def _scatter_fwd(g: Any, idx: Any, overlap: bool, in_hw: tuple[int, int]) -> Any
 POOL_GATHER = defprim(
     "nn.pool_gather",
     _gather_fwd,
-    lambda g, ans, x, idx, overlap: apply(
+    lambda xp, g, ans, x, idx, overlap: xp.apply(
         POOL_SCATTER, g, idx=idx, overlap=overlap, in_hw=x.shape[2:]
     ),
     (0,),
@@ -79,7 +79,7 @@ POOL_GATHER = defprim(
 POOL_SCATTER: Primitive = defprim(
     "nn.pool_scatter",
     _scatter_fwd,
-    lambda gg, ans, g, idx, overlap, in_hw: apply(POOL_GATHER, gg, idx=idx, overlap=overlap),
+    lambda xp, gg, ans, g, idx, overlap, in_hw: xp.apply(POOL_GATHER, gg, idx=idx, overlap=overlap),
 )
 
 
@@ -131,12 +131,12 @@ def _sum_pool_grad_fwd(g: Any, geom: Geom) -> Any:
 
 
 SUM_POOL = defprim(
-    "nn.sum_pool2d", _sum_pool_fwd, lambda g, ans, x, geom: apply(SUM_POOL_GRAD, g, geom=geom)
+    "nn.sum_pool2d", _sum_pool_fwd, lambda xp, g, ans, x, geom: xp.apply(SUM_POOL_GRAD, g, geom=geom)
 )
 SUM_POOL_GRAD: Primitive = defprim(
     "nn.sum_pool2d_grad",
     _sum_pool_grad_fwd,
-    lambda gg, ans, g, geom: apply(SUM_POOL, gg, geom=geom),
+    lambda xp, gg, ans, g, geom: xp.apply(SUM_POOL, gg, geom=geom),
 )
 
 
@@ -279,29 +279,26 @@ def _max_pool_select_fwd(gg: Any, x: Any, out: Any, geom: Geom) -> Any:
     return res
 
 
-def _const(t: Tensor) -> Tensor:
-    # x and the output only locate the maxima: piecewise constant, so they join no tape
-    return _wrap(t._data)
-
-
+# x and the output only locate the maxima: piecewise constant, so they join no tape (const)
 MAX_POOL = defprim(
     "nn.max_pool2d",
     _max_pool_fwd,
-    lambda g, ans, x, geom: apply(MAX_POOL_GRAD, g, _const(x), _const(ans), geom=geom),
+    lambda xp, g, ans, x, geom: xp.apply(
+        MAX_POOL_GRAD, g, xp.const(xp.data(x)), xp.const(xp.data(ans)), geom=geom
+    ),
     (0, OUT),
-    lambda g, ans, x, geom: _max_pool_grad_fwd(g, x, ans, geom),
 )
 # the gradient routed to each window's first maximum (linear in g); _SELECT is its adjoint
 MAX_POOL_GRAD: Primitive = defprim(
     "nn.max_pool2d_grad",
     _max_pool_grad_fwd,
-    (lambda gg, ans, g, x, out, geom: apply(MAX_POOL_SELECT, gg, x, out, geom=geom), None, None),
+    (lambda xp, gg, ans, g, x, out, geom: xp.apply(MAX_POOL_SELECT, gg, x, out, geom=geom), None, None),
     (1, 2),
 )
 MAX_POOL_SELECT: Primitive = defprim(
     "nn.max_pool2d_select",
     _max_pool_select_fwd,
-    (lambda g, ans, gg, x, out, geom: apply(MAX_POOL_GRAD, g, x, out, geom=geom), None, None),
+    (lambda xp, g, ans, gg, x, out, geom: xp.apply(MAX_POOL_GRAD, g, x, out, geom=geom), None, None),
     (1, 2),
 )
 

@@ -19,8 +19,8 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from .. import _autodiff
 from .. import _backend as B
-from .. import _tape
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
@@ -87,11 +87,11 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        _tape._SCOPE.append(self._path or type(self).__name__)
+        _autodiff.push_scope(self._path or type(self).__name__)
         try:
             return self.forward(*args, **kwargs)
         finally:
-            _tape._SCOPE.pop()
+            _autodiff.pop_scope()
 
     # -- registration (PyTorch's explicit forms) ------------------------------------------------
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:

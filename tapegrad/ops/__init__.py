@@ -233,3 +233,8 @@ __all__ = [
     "var",
     "where",
 ]
+
+from .. import _autodiff
+from ._namespace import TensorNamespace
+
+_autodiff.set_tensor_namespace(TensorNamespace())

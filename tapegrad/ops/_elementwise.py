@@ -10,10 +10,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .. import _tape
+from .._autodiff import OUT, PRIMITIVES, apply, defprim, nondiff
 from .._backend import np
 from .._dtypes import default_float
-from .._tape import OUT, apply, defprim, nondiff
 from .._tensor import Tensor, _wrap
 from . import _special
 from ._common import as_tensor, operands
@@ -23,10 +22,9 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _unary(
-    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = "", raw: Any = True
+    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = ""
 ) -> Callable[[Any], Tensor]:
-    # raw=True: the VJP uses operators only, so it runs on arrays as written (Primitive.raw)
-    prim = defprim(name, fwd, vjp, save, raw)
+    prim = defprim(name, fwd, vjp, save)
 
     def op(x: Any) -> Tensor:
         return apply(prim, as_tensor(x))
@@ -47,58 +45,39 @@ def _floatin(f: Any) -> Any:
     return fwd
 
 
-def _raw(x: Any) -> Any:
-    return x._data if isinstance(x, Tensor) else x
-
-
-def _zeros(g: Tensor) -> Tensor:
-    # a constant: the derivative of a piecewise-constant function is zero, whatever g holds
-    return _wrap(np.zeros_like(g._data))
-
-
 # --- unary -----------------------------------------------------------------------------------
-neg = _unary("neg", np.negative, lambda g, ans, x: -g, ())
+neg = _unary("neg", np.negative, lambda xp, g, ans, x: -g, ())
 sign = _unary(
-    "sign", np.sign, lambda g, ans, x: _zeros(g), (), "-1, 0 or 1 by sign; zero gradient.",
-    (lambda g, ans, x: np.zeros_like(g),),
+    "sign", np.sign, lambda xp, g, ans, x: xp.zeros_like(g), (), "-1, 0 or 1 by sign; zero gradient."
 )
-abs = _unary(
-    "abs", np.abs, lambda g, ans, x: g * sign(x), doc="Elementwise ``|x|``.",
-    raw=(lambda g, ans, x: g * np.sign(x),),
-)  # fmt: skip
-exp = _unary("exp", _floatin(np.exp), lambda g, ans, x: g * ans, (OUT,))
+abs = _unary("abs", np.abs, lambda xp, g, ans, x: g * xp.sign(x), doc="Elementwise ``|x|``.")
+exp = _unary("exp", _floatin(np.exp), lambda xp, g, ans, x: g * ans, (OUT,))
 expm1 = _unary(
-    "expm1", _floatin(np.expm1), lambda g, ans, x: g * (ans + 1.0), (OUT,),
+    "expm1", _floatin(np.expm1), lambda xp, g, ans, x: g * (ans + 1.0), (OUT,),
     "``exp(x) - 1``, accurate for small ``x``.",
 )  # fmt: skip
-log = _unary("log", _floatin(np.log), lambda g, ans, x: g / x, doc="Natural logarithm.")
+log = _unary("log", _floatin(np.log), lambda xp, g, ans, x: g / x, doc="Natural logarithm.")
 log1p = _unary(
-    "log1p", _floatin(np.log1p), lambda g, ans, x: g / (x + 1.0),
+    "log1p", _floatin(np.log1p), lambda xp, g, ans, x: g / (x + 1.0),
     doc="``log(1 + x)``, accurate for small ``x``.",
 )  # fmt: skip
-log2 = _unary("log2", _floatin(np.log2), lambda g, ans, x: g / (x * math.log(2.0)))
-log10 = _unary("log10", _floatin(np.log10), lambda g, ans, x: g / (x * math.log(10.0)))
-sqrt = _unary("sqrt", _floatin(np.sqrt), lambda g, ans, x: g * 0.5 / ans, (OUT,))
+log2 = _unary("log2", _floatin(np.log2), lambda xp, g, ans, x: g / (x * math.log(2.0)))
+log10 = _unary("log10", _floatin(np.log10), lambda xp, g, ans, x: g / (x * math.log(10.0)))
+sqrt = _unary("sqrt", _floatin(np.sqrt), lambda xp, g, ans, x: g * 0.5 / ans, (OUT,))
 rsqrt = _unary(
-    "rsqrt", _floatin(lambda x: 1.0 / np.sqrt(x)), lambda g, ans, x: g * -0.5 * ans**3, (OUT,),
+    "rsqrt", _floatin(lambda x: 1.0 / np.sqrt(x)), lambda xp, g, ans, x: g * -0.5 * ans**3, (OUT,),
     "``1 / sqrt(x)``.",
 )  # fmt: skip
-square = _unary("square", np.square, lambda g, ans, x: g * 2.0 * x, doc="``x * x``.")
+square = _unary("square", np.square, lambda xp, g, ans, x: g * 2.0 * x, doc="``x * x``.")
 reciprocal = _unary(
-    "reciprocal", _floatin(np.reciprocal), lambda g, ans, x: -g * ans * ans, (OUT,), "``1 / x``."
+    "reciprocal", _floatin(np.reciprocal), lambda xp, g, ans, x: -g * ans * ans, (OUT,), "``1 / x``."
 )
 
 
-def _sin_vjp(g: Tensor, ans: Any, x: Tensor) -> Tensor:
-    return g * cos(x)
-
-
-sin = _unary("sin", _floatin(np.sin), _sin_vjp, raw=(lambda g, ans, x: g * np.cos(x),))
-cos = _unary(
-    "cos", _floatin(np.cos), lambda g, ans, x: -g * sin(x), raw=(lambda g, ans, x: -g * np.sin(x),)
-)
-tan = _unary("tan", _floatin(np.tan), lambda g, ans, x: g * (1.0 + ans * ans), (OUT,))
-tanh = _unary("tanh", _floatin(np.tanh), lambda g, ans, x: g * (1.0 - ans * ans), (OUT,))
+sin = _unary("sin", _floatin(np.sin), lambda xp, g, ans, x: g * xp.cos(x))
+cos = _unary("cos", _floatin(np.cos), lambda xp, g, ans, x: -g * xp.sin(x))
+tan = _unary("tan", _floatin(np.tan), lambda xp, g, ans, x: g * (1.0 + ans * ans), (OUT,))
+tanh = _unary("tanh", _floatin(np.tanh), lambda xp, g, ans, x: g * (1.0 - ans * ans), (OUT,))
 
 
 def _sigmoid(x: Any) -> Any:
@@ -109,32 +88,30 @@ def _sigmoid(x: Any) -> Any:
 
 
 sigmoid = _unary(
-    "sigmoid", _floatin(_sigmoid), lambda g, ans, x: g * ans * (1.0 - ans), (OUT,),
+    "sigmoid", _floatin(_sigmoid), lambda xp, g, ans, x: g * ans * (1.0 - ans), (OUT,),
     "``1 / (1 + exp(-x))``, without overflow for large ``|x|``.",
 )  # fmt: skip
 relu = _unary(
     "relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-    lambda g, ans, x: g * (ans > 0), (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
+    lambda xp, g, ans, x: g * (ans > 0), (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
 )  # fmt: skip
 erf = _unary(
-    "erf", _floatin(_special.erf), lambda g, ans, x: g * _TWO_OVER_SQRT_PI * exp(-(x * x)),
+    "erf", _floatin(_special.erf), lambda xp, g, ans, x: g * _TWO_OVER_SQRT_PI * xp.exp(-(x * x)),
     doc="The error function (float64-accurate rational approximation).",
-    raw=(lambda g, ans, x: g * _TWO_OVER_SQRT_PI * np.exp(-(x * x)),),
 )  # fmt: skip
+_SIGMOID = PRIMITIVES["sigmoid"]
 # a primitive rather than log1p(exp(x)): stable for large |x| without a where on both branches
 _softplus = defprim(
     "softplus",
     _floatin(lambda x: np.logaddexp(x, 0).astype(x.dtype, copy=False)),
-    lambda g, ans, x: g * sigmoid(x),
+    lambda xp, g, ans, x: g * xp.apply(_SIGMOID, x),
     (0,),
-    (lambda g, ans, x: g * _sigmoid(x),),
 )
 
 
 def _zero_grad(name: str, f: Any) -> Any:
     return _unary(
-        name, f, lambda g, ans, x: _zeros(g), (), f"Elementwise ``{name}``; zero gradient.",
-        (lambda g, ans, x: np.zeros_like(g),),
+        name, f, lambda xp, g, ans, x: xp.zeros_like(g), (), f"Elementwise ``{name}``; zero gradient."
     )  # fmt: skip
 
 
@@ -172,13 +149,13 @@ def _pow_fwd(x: Any, y: Any) -> Any:
     return np.power(x, y)
 
 
-def _pow_vjp_x(g: Tensor, ans: Any, x: Any, y: Any) -> Tensor:
-    if isinstance(y, Tensor):
+def _pow_vjp_x(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
+    if xp.is_operand(y):
         # y == 0 gives 0 even at x == 0, where x ** (y - 1) is infinite (as PyTorch)
         y0 = y == 0
-        return g * where(y0, 0.0, y * x ** where(y0, 1.0, y - 1.0))
+        return g * xp.where(y0, 0.0, y * x ** xp.where(y0, 1.0, y - 1.0))
     if y == 0:
-        return _zeros(g)
+        return xp.zeros_like(g)
     if y == 1:
         return g
     if y == 2:
@@ -186,33 +163,31 @@ def _pow_vjp_x(g: Tensor, ans: Any, x: Any, y: Any) -> Tensor:
     return g * (y * x ** (y - 1))
 
 
-def _pow_vjp_y(g: Tensor, ans: Tensor, x: Any, y: Any) -> Tensor:
+def _pow_vjp_y(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
     # d(x ** y)/dy = x ** y * log(x); taken as 0 where x <= 0, where log is undefined
-    if not isinstance(x, Tensor):
+    if not xp.is_operand(x):
         return g * ans * (math.log(x) if x > 0 else 0.0)
-    return g * ans * log(where(x > 0, x, 1.0))
+    return g * ans * xp.log(xp.where(x > 0, x, 1.0))
 
 
-# raw=True: these VJPs are operator expressions, the same on arrays (Primitive.raw)
-_add = defprim("add", np.add, (lambda g, ans, x, y: g, lambda g, ans, x, y: g), raw=True)
-_sub = defprim("sub", np.subtract, (lambda g, ans, x, y: g, lambda g, ans, x, y: -g), raw=True)
+_add = defprim("add", np.add, (lambda xp, g, ans, x, y: g, lambda xp, g, ans, x, y: g))
+_sub = defprim("sub", np.subtract, (lambda xp, g, ans, x, y: g, lambda xp, g, ans, x, y: -g))
 _mul = defprim(
-    "mul", np.multiply, (lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x), (0, 1), True
+    "mul", np.multiply, (lambda xp, g, ans, x, y: g * y, lambda xp, g, ans, x, y: g * x), (0, 1)
 )
 _div = defprim(
     "div",
     np.true_divide,
-    (lambda g, ans, x, y: g / y, lambda g, ans, x, y: -g * ans / y),
+    (lambda xp, g, ans, x, y: g / y, lambda xp, g, ans, x, y: -g * ans / y),
     (1, OUT),
-    True,
 )
 _pow = defprim("pow", _pow_fwd, (_pow_vjp_x, _pow_vjp_y), (0, 1, OUT))
 _maximum = defprim(
     "maximum",
     np.maximum,
     (
-        lambda g, ans, x, y: g * _tie_weight(x, y, True),
-        lambda g, ans, x, y: g * _tie_weight(y, x, True),
+        lambda xp, g, ans, x, y: g * _tie_weight(x, y, True),
+        lambda xp, g, ans, x, y: g * _tie_weight(y, x, True),
     ),
     (0, 1),
 )
@@ -220,8 +195,8 @@ _minimum = defprim(
     "minimum",
     np.minimum,
     (
-        lambda g, ans, x, y: g * _tie_weight(x, y, False),
-        lambda g, ans, x, y: g * _tie_weight(y, x, False),
+        lambda xp, g, ans, x, y: g * _tie_weight(x, y, False),
+        lambda xp, g, ans, x, y: g * _tie_weight(y, x, False),
     ),
     (0, 1),
 )
@@ -229,28 +204,29 @@ _atan2 = defprim(
     "atan2",
     np.arctan2,
     (
-        lambda g, ans, x, y: g * y / (x * x + y * y),
-        lambda g, ans, x, y: -g * x / (x * x + y * y),
+        lambda xp, g, ans, x, y: g * y / (x * x + y * y),
+        lambda xp, g, ans, x, y: -g * x / (x * x + y * y),
     ),
     (0, 1),
-    True,
 )
 _remainder = defprim(
     "remainder",
     np.remainder,
-    (lambda g, ans, x, y: g, lambda g, ans, x, y: -g * _wrap(np.floor_divide(_raw(x), _raw(y)))),
+    (
+        lambda xp, g, ans, x, y: g,
+        lambda xp, g, ans, x, y: -g * xp.const(np.floor_divide(xp.data(x), xp.data(y))),
+    ),
     (0, 1),
 )
 _floor_divide = defprim(
     "floor_divide",
     np.floor_divide,
-    (lambda g, ans, x, y: _zeros(g), lambda g, ans, x, y: _zeros(g)),
+    (lambda xp, g, ans, x, y: xp.zeros_like(g), lambda xp, g, ans, x, y: xp.zeros_like(g)),
 )
 
 
-def _tie_weight(a: Any, b: Any, larger: bool) -> Tensor:
+def _tie_weight(a: Any, b: Any, larger: bool) -> Any:
     """1 where ``a`` wins, 0.5 on ties (PyTorch splits the gradient of max/min ties evenly)."""
-    a = as_tensor(a)
     win = (a > b) if larger else (a < b)
     return win.astype(a.dtype) + (a == b).astype(a.dtype) * 0.5
 
@@ -260,30 +236,10 @@ def _binary(
 ) -> Callable[[Any, Any], Tensor]:
     """The public op of a binary primitive; ``scalar``, if given, is the primitive for a float
     tensor with a Python number (commutative ops only)."""
-    f = prim.fwd
-    with_tapes = _tape._WITH_TAPES  # the list object itself: mutated in place, never rebound
 
     def op(x: Any, y: Any) -> Tensor:
-        # The benchmarked hot path: two plain tensors of one dtype, no tape, no capture. It does
-        # what apply() does, inline; anything else (or a numpy error) takes the full path.
-        if x.__class__ is Tensor and y.__class__ is Tensor:
-            xd = x._data
-            yd = y._data
-            if (
-                xd.dtype is yd.dtype
-                and not (with_tapes or x._tapes or y._tapes)
-                and _tape._CAPTURE is None
-            ):
-                try:
-                    data = f(xd, yd)
-                except Exception:  # noqa: BLE001 - apply() restates it with the op and shapes
-                    return apply(prim, x, y)
-                out = _new(Tensor)
-                out._data = data
-                out._tapes = ()
-                out._tid = None
-                out._version = 0
-                return out
+        if x.__class__ is Tensor and y.__class__ is Tensor and x._data.dtype is y._data.dtype:
+            return apply(prim, x, y)  # the hot path: two tensors of one dtype
         if scalar is not None and not (isinstance(x, Tensor) and isinstance(y, Tensor)):
             if _float_and_number(x, y):
                 return apply(scalar, x, c=y)
@@ -296,9 +252,6 @@ def _binary(
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     return op
-
-
-_new = Tensor.__new__
 
 
 add = _binary(
@@ -315,10 +268,10 @@ subtract = _binary(_sub, "subtract", "``x - y`` with broadcasting.")
 # A tensor times a Python number: the number is a param, so nothing is saved for backward
 # (mul would keep the tensor alive for the number's gradient, which is never asked for).
 _mul_scalar = defprim(
-    "mul_scalar", lambda x, c: np.multiply(x, c), lambda g, ans, x, c: g * c, (), True  # noqa: PLW0108
+    "mul_scalar", lambda x, c: np.multiply(x, c), lambda xp, g, ans, x, c: g * c  # noqa: PLW0108
 )
 _div_scalar = defprim(
-    "div_scalar", lambda x, c: np.true_divide(x, c), lambda g, ans, x, c: g / c, (), True  # noqa: PLW0108
+    "div_scalar", lambda x, c: np.true_divide(x, c), lambda xp, g, ans, x, c: g / c  # noqa: PLW0108
 )
 
 
@@ -411,9 +364,8 @@ def logical_not(x: Any) -> Tensor:
 _where = defprim(
     "where",
     np.where,
-    (None, lambda g, ans, c, x, y: g * c, lambda g, ans, c, x, y: g * logical_not(c)),
+    (None, lambda xp, g, ans, c, x, y: g * c, lambda xp, g, ans, c, x, y: g * xp.logical_not(c)),
     (0,),
-    (None, lambda g, ans, c, x, y: g * c, lambda g, ans, c, x, y: g * np.logical_not(c)),
 )
 
 

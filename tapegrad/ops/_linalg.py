@@ -6,66 +6,37 @@ import builtins
 import re
 from typing import Any
 
+from .._autodiff import apply, defprim
 from .._backend import np, xp_of
-from .._tape import apply, defprim
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor
 from ._common import as_tensor, check_axis, operands, result_dtype
-from ._shape import broadcast_to, expand_dims, reshape, swapaxes
+from ._shape import reshape
 
 
-def _mT(x: Tensor) -> Tensor:
-    return swapaxes(x, -1, -2)
-
-
-def _matmul_vjp_x(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
+def _matmul_vjp_x(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
     if x.ndim == 1 and y.ndim == 1:
         return g * y
     if y.ndim == 1:
-        return expand_dims(g, -1) * y  # (..., n, 1) * (k,) -> (..., n, k)
+        return xp.expand_dims(g, -1) * y  # (..., n, 1) * (k,) -> (..., n, k)
     if x.ndim == 1:
-        return reshape(
-            matmul(expand_dims(g, -2), _mT(y)),
+        return xp.reshape(
+            xp.matmul(xp.expand_dims(g, -2), xp.swapaxes(y, -1, -2)),
             (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],),
         )
-    return matmul(g, _mT(y))
+    return xp.matmul(g, xp.swapaxes(y, -1, -2))
 
 
-def _matmul_vjp_y(g: Tensor, ans: Any, x: Tensor, y: Tensor) -> Tensor:
+def _matmul_vjp_y(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
     if x.ndim == 1 and y.ndim == 1:
         return g * x
     if x.ndim == 1:
-        return expand_dims(x, -1) * expand_dims(g, -2)  # (k, 1) * (..., 1, m)
+        return xp.expand_dims(x, -1) * xp.expand_dims(g, -2)  # (k, 1) * (..., 1, m)
     if y.ndim == 1:
-        return matmul(_mT(x), expand_dims(g, -1))[..., 0]  # (..., k)
-    return matmul(_mT(x), g)
+        return xp.matmul(xp.swapaxes(x, -1, -2), xp.expand_dims(g, -1))[..., 0]  # (..., k)
+    return xp.matmul(xp.swapaxes(x, -1, -2), g)
 
 
-def _matmul_raw_x(g: Any, ans: Any, x: Any, y: Any) -> Any:
-    if x.ndim == 1 and y.ndim == 1:
-        return g * y
-    if y.ndim == 1:
-        return np.expand_dims(g, -1) * y
-    if x.ndim == 1:
-        return np.reshape(
-            np.matmul(np.expand_dims(g, -2), np.swapaxes(y, -1, -2)),
-            (-1,) if g.ndim == 1 else g.shape[:-1] + (x.shape[0],),
-        )
-    return np.matmul(g, np.swapaxes(y, -1, -2))
-
-
-def _matmul_raw_y(g: Any, ans: Any, x: Any, y: Any) -> Any:
-    if x.ndim == 1 and y.ndim == 1:
-        return g * x
-    if x.ndim == 1:
-        return np.expand_dims(x, -1) * np.expand_dims(g, -2)
-    if y.ndim == 1:
-        return np.matmul(np.swapaxes(x, -1, -2), np.expand_dims(g, -1))[..., 0]
-    return np.matmul(np.swapaxes(x, -1, -2), g)
-
-
-_matmul = defprim(
-    "matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1), (_matmul_raw_x, _matmul_raw_y)
-)
+_matmul = defprim("matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1))
 
 
 def matmul(x: Any, y: Any) -> Tensor:
@@ -115,7 +86,7 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _einsum_vjp(i: int) -> Any:
-    def vjp(g: Tensor, ans: Any, *ops: Tensor, subscripts: str) -> Tensor:
+    def vjp(xp: Any, g: Any, ans: Any, *ops: Any, subscripts: str) -> Any:
         ins, out = subscripts.split("->")
         terms = ins.split(",")
         target = terms[i]
@@ -125,12 +96,12 @@ def _einsum_vjp(i: int) -> Any:
         # letters that only input i has (and the output lacks) were summed: broadcast them back
         rest = set(out + "".join(others))
         kept = "".join(c for c in uniq if c in rest)
-        r = einsum(",".join([out, *others]) + "->" + kept, g, *other_ops)
+        r = _einsum(xp, ",".join([out, *others]) + "->" + kept, g, *other_ops)
         if kept != uniq:
             size = dict(zip(target, ops[i].shape, strict=True))
             size.update(zip(kept, r.shape, strict=True))
-            r = reshape(r, tuple(size[c] if c in kept else 1 for c in uniq))
-            r = broadcast_to(r, tuple(size[c] for c in uniq))
+            r = xp.reshape(r, tuple(size[c] if c in kept else 1 for c in uniq))
+            r = xp.broadcast_to(r, tuple(size[c] for c in uniq))
         if uniq == target:
             return r
         # a repeated letter reads a diagonal: put the gradient back on it with identity factors
@@ -147,11 +118,15 @@ def _einsum_vjp(i: int) -> Any:
                 seen.add(c)
                 spread += c
         n = dict(zip(target, ops[i].shape, strict=True))
-        xp = xp_of(r._data)
-        eyes = [_wrap(xp.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
-        return einsum(",".join([uniq, *deltas]) + "->" + spread, r, *eyes)
+        ap = xp_of(xp.data(r))
+        eyes = [xp.const(ap.eye(n[d[0]], dtype=r.dtype)) for d in deltas]
+        return _einsum(xp, ",".join([uniq, *deltas]) + "->" + spread, r, *eyes)
 
     return vjp
+
+
+def _einsum(xp: Any, subscripts: str, *ops: Any) -> Any:
+    return xp.apply(_einsum_prim(len(ops)), *ops, subscripts=subscripts)
 
 
 _EINSUM: dict[int, Any] = {}

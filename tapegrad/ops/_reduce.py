@@ -5,9 +5,9 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+from .._autodiff import OUT, apply, defprim, nondiff
 from .._backend import np, xp_of
 from .._dtypes import default_float
-from .._tape import OUT, apply, defprim, nondiff
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis
 
@@ -17,52 +17,30 @@ def _kept(axes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def _expand(g: Tensor, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Tensor:
+def _expand(xp: Any, g: Any, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Any:
     """``g`` of a reduction, reshaped with 1s at the reduced axes, then broadcast to ``shape``."""
-    from ._shape import broadcast_to, reshape  # noqa: PLC0415
-
     if not keepdims:
-        g = reshape(g, _kept(axes, shape))
-    return broadcast_to(g, shape)
+        g = xp.reshape(g, _kept(axes, shape))
+    return g if g.shape == shape else xp.broadcast_to(g, shape)
 
 
-def _expand_array(g: Any, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]) -> Any:
-    """``_expand`` on an array."""
-    if not keepdims:
-        g = np.reshape(g, _kept(axes, shape))
-    return g if g.shape == shape else np.broadcast_to(g, shape)
-
-
-def _extreme_raw(g: Any, ans: Any, x: Any, *, axis: Any, keepdims: bool, shape: Any) -> Any:
-    m = (x == np.reshape(ans, _kept(axis, shape))).astype(x.dtype)
-    m /= m.sum(axis=axis, keepdims=True)
-    return _expand_array(g, axis, keepdims, shape) * m
-
-
-def _extreme_vjp(
-    g: Tensor, ans: Tensor, x: Tensor, *, axis: Any, keepdims: bool, shape: Any
-) -> Tensor:
+def _extreme_vjp(xp: Any, g: Any, ans: Any, x: Any, *, axis: Any, keepdims: bool, shape: Any) -> Any:
     # ties share the gradient evenly (as torch.amax); the mask is a constant
-    m = (x._data == np.reshape(ans._data, _kept(axis, shape))).astype(x.dtype)
+    m = (xp.data(x) == np.reshape(xp.data(ans), _kept(axis, shape))).astype(x.dtype)
     m /= m.sum(axis=axis, keepdims=True)
-    return _expand(g, axis, keepdims, shape) * _wrap(m)
+    return _expand(xp, g, axis, keepdims, shape) * xp.const(m)
 
 
-def _prod_vjp(
-    g: Tensor, ans: Tensor, x: Tensor, *, axis: Any, keepdims: bool, shape: Any
-) -> Tensor:
-    if builtins.bool((x._data != 0).all()):
-        from ._shape import reshape  # noqa: PLC0415
-
-        return _expand(g, axis, keepdims, shape) * reshape(ans, _kept(axis, shape)) / x
-    return _expand(g, axis, keepdims, shape) * _prod_of_others(x, axis)
+def _prod_vjp(xp: Any, g: Any, ans: Any, x: Any, *, axis: Any, keepdims: bool, shape: Any) -> Any:
+    if builtins.bool((xp.data(x) != 0).all()):
+        return _expand(xp, g, axis, keepdims, shape) * xp.reshape(ans, _kept(axis, shape)) / x
+    return _expand(xp, g, axis, keepdims, shape) * _prod_of_others(xp, x, axis)
 
 
 _sum = defprim(
     "sum",
     lambda x, axis, keepdims, shape: np.sum(x, axis=axis, keepdims=keepdims),
-    lambda g, ans, x, axis, keepdims, shape: _expand(g, axis, keepdims, shape),
-    raw=lambda g, ans, x, axis, keepdims, shape: _expand_array(g, axis, keepdims, shape),
+    lambda xp, g, ans, x, axis, keepdims, shape: _expand(xp, g, axis, keepdims, shape),
 )
 _prod = defprim(
     "prod",
@@ -75,33 +53,29 @@ _amax = defprim(
     lambda x, axis, keepdims, shape: np.amax(x, axis=axis, keepdims=keepdims),
     _extreme_vjp,
     (0, OUT),
-    _extreme_raw,
 )
 _amin = defprim(
     "amin",
     lambda x, axis, keepdims, shape: np.amin(x, axis=axis, keepdims=keepdims),
     _extreme_vjp,
     (0, OUT),
-    _extreme_raw,
 )
 
 
-def _prod_of_others(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+def _prod_of_others(xp: Any, x: Any, axes: tuple[int, ...]) -> Any:
     """Per element, the product of the other elements over ``axes``: exact with zeros and
     differentiable again (exclusive cumulative products from both ends, as PyTorch does)."""
-    from ._shape import concat, flip, permute_dims, reshape  # noqa: PLC0415
-
     rest = tuple(i for i in range(x.ndim) if i not in axes)
     perm = rest + tuple(axes)
-    xm = permute_dims(x, perm)
-    flat = reshape(xm, xm.shape[: len(rest)] + (-1,))  # (..., n): the reduced axes as one
-    one = _wrap(np.ones_like(x._data, shape=flat.shape[:-1] + (1,)))
+    xm = xp.permute_dims(x, perm)
+    flat = xp.reshape(xm, xm.shape[: len(rest)] + (-1,))  # (..., n): the reduced axes as one
+    one = xp.const(np.ones_like(xp.data(x), shape=flat.shape[:-1] + (1,)))
 
-    def exclusive(t: Tensor) -> Tensor:  # [1, t0, t0 t1, ...]
-        return cumprod(concat([one, t[..., :-1]], axis=-1), axis=-1)
+    def exclusive(t: Any) -> Any:  # [1, t0, t0 t1, ...]
+        return xp.cumprod(xp.concat([one, t[..., :-1]], axis=-1), axis=-1)
 
-    others = exclusive(flat) * flip(exclusive(flip(flat, -1)), -1)
-    return permute_dims(reshape(others, xm.shape), tuple(int(i) for i in np.argsort(perm)))
+    others = exclusive(flat) * xp.flip(exclusive(xp.flip(flat, -1)), -1)
+    return xp.permute_dims(xp.reshape(others, xm.shape), tuple(int(i) for i in np.argsort(perm)))
 
 
 def _reduce(prim: Any, x: Any, axis: Any, keepdims: bool, name: str) -> Tensor:
@@ -271,29 +245,24 @@ def any(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 # --- cumulative ------------------------------------------------------------------------------
-def _cumsum_vjp(g: Tensor, ans: Any, x: Any, axis: int) -> Tensor:
-    from ._shape import flip  # noqa: PLC0415
-
-    return flip(cumsum(flip(g, axis), axis), axis)
+def _cumsum_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    return xp.flip(xp.cumsum(xp.flip(g, axis), axis=axis), axis)
 
 
-def _cumprod_vjp(g: Tensor, ans: Tensor, x: Tensor, axis: int) -> Tensor:
-    from ._elementwise import where  # noqa: PLC0415
-    from ._shape import flip, moveaxis  # noqa: PLC0415
-
-    if builtins.bool((x._data != 0).all()):
-        return flip(cumsum(flip(g * ans, axis), axis), axis) / x
+def _cumprod_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    if builtins.bool((xp.data(x) != 0).all()):
+        return xp.flip(xp.cumsum(xp.flip(g * ans, axis), axis=axis), axis) / x
     # with zeros: d ans_j / d x_i = prod_{k <= j, k != i} x_k, built for all i at once
     n = x.shape[axis]
-    xm = moveaxis(x, axis, -1)  # (..., n)
-    xp = xp_of(x._data)
-    eye = _wrap(xp.eye(n, dtype=bool).reshape((n,) + (1,) * (xm.ndim - 1) + (n,)))
-    others = where(eye, 1.0, xm)  # (n_i, ..., n_k): x with x_i replaced by 1
-    cp = cumprod(others, axis=-1)  # (n_i, ..., n_j)
-    upper = _wrap(xp.triu(xp.ones((n, n), dtype=x.dtype)).reshape(eye.shape))  # j >= i
-    gm = moveaxis(g, axis, -1)
-    contrib = sum(gm * cp * upper, axis=-1)  # (n_i, ...)
-    return moveaxis(contrib, 0, axis)
+    xm = xp.moveaxis(x, axis, -1)  # (..., n)
+    ap = xp_of(xp.data(x))
+    eye = ap.eye(n, dtype=bool).reshape((n,) + (1,) * (xm.ndim - 1) + (n,))
+    others = xp.where(xp.const(eye), 1.0, xm)  # (n_i, ..., n_k): x with x_i replaced by 1
+    cp = xp.cumprod(others, axis=-1)  # (n_i, ..., n_j)
+    upper = xp.const(ap.triu(ap.ones((n, n), dtype=x.dtype)).reshape(eye.shape))  # j >= i
+    gm = xp.moveaxis(g, axis, -1)
+    contrib = xp.sum(gm * cp * upper, axis=-1)  # (n_i, ...)
+    return xp.moveaxis(contrib, 0, axis)
 
 
 _cumsum = defprim("cumsum", lambda x, axis: np.cumsum(x, axis=axis), _cumsum_vjp)

@@ -6,8 +6,8 @@ import builtins
 import math
 from typing import Any
 
+from .._autodiff import Primitive, apply, defprim
 from .._backend import np
-from .._tape import apply, defprim
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis, operands, result_dtype
 
@@ -22,29 +22,26 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
 _reshape = defprim(
     "reshape",
     lambda x, shape, old: np.reshape(x, shape),
-    lambda g, ans, x, shape, old: reshape(g, old),
-    raw=lambda g, ans, x, shape, old: np.reshape(g, old),
+    lambda xp, g, ans, x, shape, old: xp.reshape(g, old),
 )
 _permute = defprim(
     "permute_dims",
     np.transpose,
-    lambda g, ans, x, axes: permute_dims(g, tuple(int(i) for i in np.argsort(axes))),
-    raw=lambda g, ans, x, axes: np.transpose(g, tuple(int(i) for i in np.argsort(axes))),
+    lambda xp, g, ans, x, axes: xp.permute_dims(g, tuple(int(i) for i in np.argsort(axes))),
 )
 # the engine sums the gradient back to the input's shape, so the VJP is the identity
 _broadcast_to = defprim(
-    "broadcast_to", np.broadcast_to, lambda g, ans, x, shape: g, raw=True
+    "broadcast_to", np.broadcast_to, lambda xp, g, ans, x, shape: g
 )
 _astype = defprim(
     "astype",
     lambda x, dtype: x.astype(dtype),
-    lambda g, ans, x, dtype: g,  # the engine casts the gradient back to the input's dtype
-    raw=True,
+    lambda xp, g, ans, x, dtype: g,  # the engine casts the gradient back to the input's dtype
 )
 
 
 def _concat_vjp(i: int) -> Any:
-    def vjp(g: Tensor, ans: Any, *args: Any, axis: int, sizes: tuple[int, ...]) -> Tensor:
+    def vjp(xp: Any, g: Any, ans: Any, *args: Any, axis: int, sizes: tuple[int, ...]) -> Any:
         start = builtins.sum(sizes[:i])
         idx = (slice(None),) * axis + (slice(start, start + sizes[i]),)
         return g[idx]
@@ -74,11 +71,11 @@ def _pad_fwd(x: Any, pad_width: Any, mode: Any, value: float) -> Any:
     return np.pad(x, pad_width, mode=mode)
 
 
-def _pad_vjp(g: Tensor, ans: Any, x: Any, *, pad_width: Any, mode: str, value: float) -> Tensor:
+def _pad_vjp(xp: Any, g: Any, ans: Any, x: Any, *, pad_width: Any, mode: str, value: float) -> Any:
     if mode == "constant":
         idx = tuple(slice(b, g.shape[i] - a) for i, (b, a) in enumerate(pad_width))
         return g[idx]
-    return apply(_pad_reflect_grad, g, pad_width=pad_width, mode=mode)
+    return xp.apply(_pad_reflect_grad, g, pad_width=pad_width, mode=mode)
 
 
 def _reflect_grad_fwd(g: Any, pad_width: Any, mode: Any) -> Any:
@@ -95,23 +92,23 @@ def _reflect_grad_fwd(g: Any, pad_width: Any, mode: Any) -> Any:
     return out
 
 
-def _reflect_grad_vjp(gg: Tensor, ans: Any, g: Any, pad_width: Any, mode: str) -> Tensor:
-    return pad(gg, pad_width, mode=mode)
+def _reflect_grad_vjp(xp: Any, gg: Any, ans: Any, g: Any, pad_width: Any, mode: str) -> Any:
+    return xp.apply(_pad, gg, pad_width=pad_width, mode=mode, value=0.0)
 
 
-_pad = defprim("pad", _pad_fwd, _pad_vjp)
-_pad_reflect_grad = defprim("pad_grad", _reflect_grad_fwd, _reflect_grad_vjp)
+_pad: Primitive = defprim("pad", _pad_fwd, _pad_vjp)
+_pad_reflect_grad: Primitive = defprim("pad_grad", _reflect_grad_fwd, _reflect_grad_vjp)
 
-_flip = defprim("flip", np.flip, lambda g, ans, x, axis: flip(g, axis))
-_roll = defprim(
+_flip: Primitive = defprim("flip", np.flip, lambda xp, g, ans, x, axis: xp.apply(_flip, g, axis=axis))
+_roll: Primitive = defprim(
     "roll",
     np.roll,
-    lambda g, ans, x, shift, axis: roll(
-        g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axis
+    lambda xp, g, ans, x, shift, axis: xp.apply(
+        _roll, g, shift=tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axis=axis
     ),
 )
-_tril = defprim("tril", np.tril, lambda g, ans, x, k: tril(g, k))
-_triu = defprim("triu", np.triu, lambda g, ans, x, k: triu(g, k))
+_tril: Primitive = defprim("tril", np.tril, lambda xp, g, ans, x, k: xp.apply(_tril, g, k=k))
+_triu: Primitive = defprim("triu", np.triu, lambda xp, g, ans, x, k: xp.apply(_triu, g, k=k))
 
 
 # --- public functions ------------------------------------------------------------------------
@@ -462,20 +459,20 @@ def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> An
 
 
 # scatter-add into zeros of ``shape``: getitem's adjoint, also scatter_add / index_add
-_index_grad = defprim(
+_index_grad: Primitive = defprim(
     "index_grad",
     _scatter_fwd,
-    lambda gg, ans, g, idx, shape, advanced: getitem(gg, idx),
-    raw=lambda gg, ans, g, idx, shape, advanced: np.asarray(gg[idx]),
+    lambda xp, gg, ans, g, idx, shape, advanced: xp.apply(
+        _getitem, gg, idx=idx, advanced=advanced, shape=gg.shape
+    ),
 )
 # the VJP needs only the input's shape, so indexing a large tensor keeps nothing alive
-_getitem = defprim(
+_getitem: Primitive = defprim(
     "getitem",
     lambda x, idx, advanced, shape: np.asarray(x[idx]),
-    lambda g, ans, x, idx, advanced, shape: apply(
+    lambda xp, g, ans, x, idx, advanced, shape: xp.apply(
         _index_grad, g, idx=idx, shape=shape, advanced=advanced
     ),
-    raw=lambda g, ans, x, idx, advanced, shape: _scatter_fwd(g, idx, shape, advanced),
 )
 
 

@@ -2,25 +2,18 @@
 
 Each is one primitive: the max is subtracted first (a constant, so it changes nothing but
 overflow), and the VJPs are the closed forms ``y * (g - sum(g * y))`` and
-``g - exp(y) * sum(g)`` from the output alone, so backward keeps one array per op. The VJP
-bodies are written once over an ops namespace: on tensors (differentiable, for higher order)
-and on arrays (the backward pass nothing records), computing the same numbers either way.
+``g - exp(y) * sum(g)`` from the output alone, so backward keeps one array per op.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
+from .._autodiff import OUT, apply, defprim
 from .._backend import np
-from .._tape import OUT, apply, defprim
 from .._tensor import Tensor
 from ._common import as_tensor, check_axis
-from ._elementwise import exp
-from ._reduce import _max_shift_fwd, sum
-
-_TENSOR_OPS = SimpleNamespace(sum=lambda a, axis: sum(a, axis=axis, keepdims=True), exp=exp)
-_ARRAY_OPS = SimpleNamespace(sum=lambda a, axis: np.sum(a, axis=axis, keepdims=True), exp=np.exp)
+from ._reduce import _max_shift_fwd
 
 
 def _softmax_fwd(x: Any, axis: int) -> Any:
@@ -35,23 +28,17 @@ def _log_softmax_fwd(x: Any, axis: int) -> Any:
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
-def _softmax_vjp(ops: Any) -> Any:
-    return lambda g, ans, x, axis: ans * (g - ops.sum(g * ans, axis))
-
-
-def _log_softmax_vjp(ops: Any) -> Any:
-    return lambda g, ans, x, axis: g - ops.exp(ans) * ops.sum(g, axis)
-
-
 _SOFTMAX = defprim(
-    "softmax", _softmax_fwd, _softmax_vjp(_TENSOR_OPS), (OUT,), (_softmax_vjp(_ARRAY_OPS),)
+    "softmax",
+    _softmax_fwd,
+    lambda xp, g, ans, x, axis: ans * (g - xp.sum(g * ans, axis=axis, keepdims=True)),
+    (OUT,),
 )
 _LOG_SOFTMAX = defprim(
     "log_softmax",
     _log_softmax_fwd,
-    _log_softmax_vjp(_TENSOR_OPS),
+    lambda xp, g, ans, x, axis: g - xp.exp(ans) * xp.sum(g, axis=axis, keepdims=True),
     (OUT,),
-    (_log_softmax_vjp(_ARRAY_OPS),),
 )
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from .. import _backend as B
+from .._autodiff import Gradients
 from .._backend import np
-from .._tape import Gradients
 from .._tensor import Tensor
 
 _NO_GRAD_CAUSES = (

@@ -1,0 +1,170 @@
+"""The backward pass: one reverse walk over a tape's record, on arrays or on Tensors.
+
+The record is in execution order, a topological order, so backward is one reverse walk (no
+recursion) that frees each record as it passes it (non-persistent tapes). Per node it calls the
+primitive's VJPs with ``xp`` (see ``_namespace``), then undoes broadcasting, casts to the input's
+dtype and accumulates: once, here, for every primitive. On arrays (nothing records the pass)
+each of those calls goes through ``call``, which ``tg.compile`` swaps for one that also captures
+it (``STATE.capture``): that is the engine's hook for replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._backend import np
+from .._tensor import Tensor, _wrap
+from ._namespace import ARRAYS, tensor_namespace
+from ._record import ANS, INPUTS, OUT_TID, PARAMS, PRIM, input_tid, no_vjp_error, saved_args
+from ._state import STATE
+
+
+def needed_tids(nodes: list[Any], sources: set[int]) -> set[int]:
+    """The tids that depend on ``sources`` (and so need a gradient), sources included."""
+    needed = set(sources)
+    for rec in nodes:
+        if rec is not None and rec[OUT_TID] not in needed:
+            for e in rec[INPUTS]:
+                if e is not None and input_tid(e) in needed:
+                    needed.add(rec[OUT_TID])
+                    break
+    return needed
+
+
+def reverse_pass(
+    nodes: list[Any],
+    seeds: dict[int, Any],
+    needed: Any,
+    keep: set[int],
+    info: dict[int, tuple[Any, Any]],
+    free: bool,
+    tensors: bool,
+) -> dict[int, Any]:
+    """Backward from ``seeds`` (``{tid: output gradient}``): ``{tid: gradient}`` for every tensor
+    in ``needed`` that was reached and is a leaf or in ``keep``. ``tensors`` runs the VJPs on
+    Tensors (an outer tape records them: higher order), else on arrays. ``free`` drops each
+    node from ``nodes`` as it passes (the last reference, unless another tape shares it)."""
+    xp = tensor_namespace() if tensors else ARRAYS
+    cap = None if tensors else STATE.capture
+    call = _call if cap is None else _Capture(cap).call
+    grads = dict(seeds)
+    results: dict[int, Any] = {}
+    for k in range(len(nodes) - 1, -1, -1):
+        rec = nodes[k]
+        if rec is None:
+            continue
+        if free:
+            nodes[k] = None
+        tid = rec[OUT_TID]
+        g = grads.pop(tid, None)
+        if g is None:
+            continue
+        if tid in keep:
+            results[tid] = g
+        prim, params, ans, args = rec[PRIM], rec[PARAMS], rec[ANS], saved_args(rec)
+        if not tensors:
+            ans = None if ans is None else ans._data
+            args = [x._data if isinstance(x, Tensor) else x for x in args]
+        wanted = [
+            (i, t)
+            for i, e in enumerate(rec[INPUTS])
+            if e is not None and (t := e if type(e) is int else e._tid) in needed
+        ]
+        joint = None
+        if prim.joint is not None:
+            w = {i for i, _ in wanted}
+            needs = tuple(i in w for i in range(len(rec[INPUTS])))
+            joint = call(prim.joint, prim.name, xp, (g, ans, *args), {**params, "needs": needs})
+        for i, itid in wanted:
+            if joint is not None:
+                gi = call(_item, "item", xp, (joint,), {"i": i})
+            else:
+                vjp = prim.vjps[i] if i < len(prim.vjps) else None
+                if vjp is None:
+                    raise no_vjp_error(rec, i, info[itid])
+                gi = call(vjp, f"{prim.name} vjp{i}", xp, (g, ans, *args), params)
+            if gi is None:
+                raise no_vjp_error(rec, i, info[itid], returned_none=True)
+            if tensors and not isinstance(gi, Tensor):
+                gi = _wrap(gi)
+            shape, dtype = info[itid]
+            if gi.shape != shape:
+                kw = {"shape": shape, "opname": prim.name}
+                gi = call(unbroadcast, "unbroadcast", xp, (gi,), kw)
+            if gi.dtype is not dtype and gi.dtype != dtype:
+                gi = call(_astype, "astype", xp, (gi,), {"dtype": dtype})
+            prev = grads.get(itid)
+            grads[itid] = gi if prev is None else call(_add, "add", xp, (prev, gi), {})
+            prev = gi = None
+        # drop this node's arrays now, not when the names are next rebound
+        ans = args = joint = g = None
+    results.update(grads)  # leaves keep their gradients in `grads`
+    return results
+
+
+def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...], opname: str) -> Any:
+    """Sum ``g`` back to ``shape``: broadcasting is undone here, once, for every primitive."""
+    gshape = tuple(g.shape)
+    lead = len(gshape) - len(shape)
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, gshape[lead:], strict=True)):
+        raise ValueError(
+            f"Tape.gradient: the VJP of '{opname}' returned a gradient of shape "
+            f"{gshape}, which does not broadcast to its input's shape {tuple(shape)}"
+        )
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1
+    )
+    if axes:
+        g = xp.sum(g, axis=axes, keepdims=True)
+    return g if g.shape == shape else xp.reshape(g, shape)
+
+
+def _item(xp: Any, t: Any, i: int) -> Any:
+    return t[i]
+
+
+def _astype(xp: Any, g: Any, dtype: Any) -> Any:
+    return g.astype(dtype)
+
+
+def _add(xp: Any, a: Any, b: Any) -> Any:
+    return a + b
+
+
+def _call(fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+    return fn(xp, *args, **kw)
+
+
+class ArrayOp:
+    """An array computation of the backward pass as ``tg.compile`` captures it: a name and a
+    function called as ``fwd(*inputs, **params)``, like a primitive's forward."""
+
+    __slots__ = ("fwd", "name")
+
+    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
+        self.fwd = fwd
+        self.name = name
+
+
+_ARRAY_OPS: dict[tuple[int, str], ArrayOp] = {}
+# steps whose array form is a numpy ufunc: a compiled program can give them an output buffer
+_UFUNC_FORM: dict[Any, Any] = {_add: np.add}
+
+
+class _Capture:
+    """``call`` that also appends each array computation to a ``tg.compile`` capture (arrays
+    wrapped in Tensors: the program finds their slots by array identity)."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self.records = records
+
+    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        out = fn(xp, *args, **kw)
+        op = _ARRAY_OPS.get((id(fn), name))
+        if op is None:
+            form = _UFUNC_FORM.get(fn) or (lambda *a, **k: fn(ARRAYS, *a, **k))
+            op = _ARRAY_OPS[(id(fn), name)] = ArrayOp(form, name)
+        ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
+        self.records.append((op, ins, kw, _wrap(out)))
+        return out

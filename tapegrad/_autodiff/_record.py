@@ -1,0 +1,131 @@
+"""The record of one op (a tuple, read through ``Node``) and the checks backward makes on it.
+
+A recorded op is a plain tuple (the cheapest object Python builds), laid out as below, and
+shared by every tape that records it. INPUTS holds, per input, None (not a tensor, or a tensor
+on no tape), the tensor's tid, or the Parameter itself for a trainable parameter (it is on every
+tape that watches parameters). Whether an input is on a given tape is decided at backward time:
+it is a leaf of that tape or the output of one of its nodes. Only what the primitive's ``save``
+lists is held (ANS, ARGS), so a node keeps no more memory than its VJP declares. VERSIONS is the
+sum of the saved inputs' version counters when the op ran (None when nothing is saved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .._tensor import Tensor
+
+PRIM, INPUTS, OUT_TID, OUT_SHAPE, OUT_DTYPE, ANS, ARGS, PARAMS, VERSIONS, SCOPE_AT = range(10)
+
+
+def input_tid(e: Any) -> int:
+    """The tid of an INPUTS entry that is not None."""
+    return e if type(e) is int else e._tid
+
+
+class Node(tuple):
+    """A read-only view of one recorded op (what ``tape.nodes`` returns)."""
+
+    __slots__ = ()
+
+    prim = property(lambda self: self[PRIM])
+    out_tid = property(lambda self: self[OUT_TID])
+    out_shape = property(lambda self: self[OUT_SHAPE])
+    out_dtype = property(lambda self: self[OUT_DTYPE])
+    ans = property(lambda self: self[ANS])
+    args = property(lambda self: self[ARGS])
+    params = property(lambda self: self[PARAMS])
+    versions = property(lambda self: self[VERSIONS])
+    scope = property(lambda self: self[SCOPE_AT])
+
+    @property
+    def input_tids(self) -> tuple[int | None, ...]:
+        """Per input, its tid (None for a constant or a tensor that was on no tape)."""
+        return tuple(None if e is None else input_tid(e) for e in self[INPUTS])
+
+    def saved_bytes(self) -> int:
+        """Bytes of the arrays this node keeps alive for its VJPs."""
+        return saved_bytes([self], set())
+
+    def __repr__(self) -> str:
+        return f"<node {self.prim.name} -> {tuple(self.out_shape)} {self.out_dtype}>"
+
+
+def saved_bytes(records: Iterable[tuple[Any, ...]], seen: set[int]) -> int:
+    """Bytes held by the saved arrays of ``records``, each array counted once (``seen``)."""
+    n = 0
+    for r in records:
+        for t in (r[ANS], *(r[ARGS] or ())):
+            if isinstance(t, Tensor) and id(t._data) not in seen:
+                seen.add(id(t._data))
+                n += t._data.nbytes
+    return n
+
+
+def version_sum(args: tuple[Any, ...]) -> int:
+    return sum([x._version for x in args if isinstance(x, Tensor)])
+
+
+def saved_args(rec: Any) -> Any:
+    """The VJPs' saved inputs (Nones when none were saved), after checking that none of them,
+    nor a saved output, was modified in place since the op ran (their version counters)."""
+    ans = rec[ANS]
+    if ans is not None and ans._version:
+        raise _version_error(rec, [(-1, ans)])
+    args = rec[ARGS]
+    if args is None:
+        return (None,) * len(rec[INPUTS])
+    v = 0
+    for x in args:
+        if isinstance(x, Tensor):
+            v += x._version
+    if v != rec[VERSIONS]:
+        # The sum cannot say which one changed: name those no longer at version 0.
+        changed = [(i, x) for i, x in enumerate(args) if isinstance(x, Tensor) and x._version]
+        raise _version_error(rec, changed)
+    return args
+
+
+def where(rec: tuple[Any, ...]) -> str:
+    return f" in {rec[SCOPE_AT]}" if rec[SCOPE_AT] else ""
+
+
+def _version_error(rec: tuple[Any, ...], changed: list[tuple[int, Tensor]]) -> RuntimeError:
+    def show(i: int, x: Tensor) -> str:
+        name = getattr(x, "name", None)
+        which = "its output" if i < 0 else f"input {i}"
+        return (
+            f"{which}" + (f" '{name}'" if name else "") + f" (shape {tuple(x.shape)}, {x.dtype}, "
+            f"now at version {x._version})"
+        )
+
+    what = " or ".join(show(i, x) for i, x in changed) or "a saved input"
+    if len(changed) > 1:
+        what = "one of " + what
+    return RuntimeError(
+        f"Tape.gradient: {what} of op '{rec[PRIM].name}' (output {tuple(rec[OUT_SHAPE])})"
+        f"{where(rec)} was modified in place after the op saved it for backward, so its VJP "
+        "would read the wrong values. Compute the gradient before updating it in place (e.g. "
+        "before optimizer.step), or use an out-of-place op (x = x * 2 rather than x[...] = ...)."
+    )
+
+
+def no_vjp_error(
+    rec: tuple[Any, ...], i: int, meta: tuple[Any, Any], returned_none: bool = False
+) -> TypeError:
+    name = rec[PRIM].name
+    what = f"input {i} ({tuple(meta[0])} {meta[1]})"
+    if returned_none:
+        why = f"its VJP for {what} returned None"
+        fix = "a VJP must return a gradient (zeros for a zero derivative)"
+    else:
+        why = f"it declares no VJP for {what}"
+        fix = (
+            f"give defprim('{name}', ...) a VJP for input {i}, or cut the path with "
+            "tg.stop_gradient(x) if no gradient should flow there"
+        )
+    return TypeError(
+        f"Tape.gradient: cannot differentiate through primitive '{name}'{where(rec)}: {why}, "
+        f"but that input needs a gradient. Fix: {fix}."
+    )

@@ -1,0 +1,119 @@
+"""The trace state: open tapes, the grad switch, the module scope and tg.compile's capture.
+
+One ``TraceState`` object holds it; this module owns it, and the rest of the library changes it
+only through the functions below. The engine's hot paths read ``STATE``'s fields directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+
+class TraceState:
+    """What is being traced right now."""
+
+    __slots__ = ("with_tapes", "auto", "grad_enabled", "scope", "capture", "recording")
+
+    def __init__(self) -> None:
+        self.with_tapes: list[Any] = []  # tapes opened by ``with``, in order of opening
+        # the tapes that watch every trainable Parameter now (open by ``with``, recording,
+        # watch_parameters=True): kept in sync so recording reads one field
+        self.auto: tuple[Any, ...] = ()
+        self.grad_enabled = True
+        self.scope: list[str] = []  # module paths pushed by Module.__call__
+        # while not None, every primitive call (forward through ``apply``, backward on arrays
+        # through the engine) is appended here as (op, inputs, params, output): tg.compile
+        self.capture: list[Any] | None = None
+        # the tapes recording now, however opened; while none is, backward runs on arrays
+        self.recording: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+STATE = TraceState()
+
+
+# -- the grad switch ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Nothing inside is recorded on any tape (inference, parameter updates).
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> with tg.Tape() as tape:
+    ...     with tg.no_grad():
+    ...         y = w * 2
+    >>> len(tape.nodes)
+    0
+    """
+    prev = STATE.grad_enabled
+    STATE.grad_enabled = False
+    try:
+        yield
+    finally:
+        STATE.grad_enabled = prev
+
+
+def is_grad_enabled() -> bool:
+    """False inside ``tg.no_grad()``."""
+    return STATE.grad_enabled
+
+
+def is_recording() -> bool:
+    """Whether an op on a tape could be recorded now (a tape records and grad is enabled)."""
+    return STATE.grad_enabled and bool(STATE.recording)
+
+
+# -- module scope --------------------------------------------------------------------------------
+def push_scope(path: str) -> None:
+    """Enter a module's scope: ops recorded until ``pop_scope`` name it (Module.__call__)."""
+    STATE.scope.append(path)
+
+
+def pop_scope() -> None:
+    STATE.scope.pop()
+
+
+# -- tg.compile's capture ----------------------------------------------------------------------
+def start_capture(records: list[Any]) -> None:
+    """Append every primitive call to ``records`` until ``stop_capture`` (no nesting)."""
+    if STATE.capture is not None:
+        raise RuntimeError("tg.compile: captures do not nest")
+    STATE.capture = records
+
+
+def stop_capture() -> None:
+    STATE.capture = None
+
+
+# -- tapes opening and closing (called by Tape) ------------------------------------------------
+def set_recording(tape: Any, flag: bool) -> None:
+    tape._recording = flag
+    if flag:
+        STATE.recording.add(tape)
+    else:
+        STATE.recording.discard(tape)
+    if tape._in_with:
+        _sync_auto()
+
+
+def open_with(tape: Any) -> None:
+    tape._in_with = True
+    STATE.with_tapes.append(tape)
+    set_recording(tape, True)
+
+
+def close(tape: Any) -> None:
+    """Stop ``tape`` recording and, if a ``with`` block opened it, close that."""
+    tape._recording = False
+    STATE.recording.discard(tape)
+    if tape._in_with:
+        tape._in_with = False
+        with contextlib.suppress(ValueError):
+            STATE.with_tapes.remove(tape)
+        _sync_auto()
+
+
+def _sync_auto() -> None:
+    STATE.auto = tuple(tp for tp in STATE.with_tapes if tp._recording and tp.watch_parameters)
