@@ -9,6 +9,7 @@
 """
 
 from . import (
+    _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
     data,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._autodiff import Tape, trace
-from ._autodiff._gradients import module_gradients, tensor_gradients
+from ._autodiff._request import module_gradients, target_seeds, tensor_gradients
 from ._tensor import Parameter, Tensor
 from .ops._common import as_tensor
 
@@ -116,7 +116,7 @@ def value_and_grad(
             )
         # one backward pass for every differentiated argument
         flat = [t for _, ts in wrt for t in ts]
-        results, _, facts = tape._run(tape._seeds(value, None, strict=False), flat)
+        results, _, facts = tape._run(target_seeds(tape, value, None, strict=False), flat)
         grads = [
             module_gradients(ts, results, facts)
             if m is not None

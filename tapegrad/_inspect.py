@@ -273,3 +273,16 @@ def explain(tape: Tape, target: Tensor, source: Tensor) -> str:
         tid = prev
     name = getattr(source, "name", None) or "source"
     return " -> ".join([f"{name} {tuple(source.shape)}", *reversed(steps)])
+
+
+def _bind() -> None:
+    """Tape's inspection methods (``tape.summary()``, ...) are these functions: they read the
+    record only through the engine's hooks ``Tape.nodes``, ``Tape.leaves``, ``Node`` and
+    ``Tape.bytes_held``."""
+    from ._autodiff import Tape  # noqa: PLC0415
+
+    for f in (summary, to_dot, render, explain):
+        setattr(Tape, f.__name__, f)
+
+
+_bind()

@@ -9,6 +9,7 @@ Modules, each one concept, imports running downward:
 - ``_apply``: ``apply``, the one door every op goes through, and recording;
 - ``_engine``: the reverse walk (undo broadcasting, cast, accumulate; compile's capture hook);
 - ``_gradients``: ``Gradients`` and the reasons a gradient is missing;
+- ``_request``: a gradient call's targets, sources and the shape of its result;
 - ``_tape``: ``Tape``, ``backward``, ``trace``, ``stop_gradient``.
 
 Nothing here imports nn, optim or ops: a Module is recognised by its ``_parameter_list()``
@@ -31,31 +32,3 @@ from ._state import (
     stop_capture,
 )
 from ._tape import Tape, backward, stop_gradient, trace
-
-__all__ = [
-    "ARRAYS",
-    "OUT",
-    "PRIMITIVES",
-    "ArrayOp",
-    "Gradients",
-    "Joint",
-    "MissingGradientError",
-    "Node",
-    "Primitive",
-    "Tape",
-    "apply",
-    "backward",
-    "defprim",
-    "is_grad_enabled",
-    "is_recording",
-    "no_grad",
-    "nondiff",
-    "pop_scope",
-    "push_scope",
-    "set_tensor_namespace",
-    "start_capture",
-    "stop_capture",
-    "stop_gradient",
-    "trace",
-    "undefprim",
-]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .._backend import np
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor
 
 
 class MissingGradientError(KeyError):
@@ -254,27 +254,3 @@ class Gradients:
         more = "..." if len(names) > 6 else ""
         miss = f", {len(self._reasons)} missing" if self._reasons else ""
         return f"Gradients({len(names)} tensors: {', '.join(names[:6])}{more}{miss})"
-
-
-def module_gradients(
-    params: list[Tensor], results: dict[int, Tensor], facts: TapeFacts
-) -> Gradients:
-    """A Gradients over ``params``: the ones reached, and a reason for each trainable one not."""
-    out = Gradients()
-    for p in params:
-        g = results.get(p._tid) if p._tid is not None else None
-        if g is not None:
-            out._d[id(p)] = (p, g)
-        elif p.requires_grad:  # type: ignore[attr-defined]
-            out._reasons[id(p)] = (p, facts.reason(p))
-    out._facts = facts
-    return out
-
-
-def tensor_gradients(sources: list[Tensor], results: dict[int, Tensor]) -> list[Tensor]:
-    out = []
-    for s in sources:
-        g = results.get(s._tid) if s._tid is not None else None
-        # A source that does not reach the target has a zero derivative (as in JAX).
-        out.append(g if g is not None else _wrap(np.zeros_like(s._data)))
-    return out

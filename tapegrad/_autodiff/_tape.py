@@ -5,20 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import np
 from .._tensor import Parameter, Tensor, _next_tid, _wrap
 from ._apply import apply
 from ._engine import needed_tids, reverse_pass
-from ._gradients import (
-    NO_PATH,
-    Gradients,
-    TapeFacts,
-    module_gradients,
-    tensor_gradients,
-    tname,
-)
+from ._gradients import Gradients, TapeFacts
 from ._primitive import defprim
 from ._record import INPUTS, OUT_DTYPE, OUT_SHAPE, OUT_TID, Node, saved_bytes
+from ._request import check_sources, result, source_list, target_seeds
 from ._state import close, is_recording, open_with, set_recording
 
 _RELEASED_MSG = (
@@ -168,71 +161,14 @@ class Tape:
         """
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
-        seeds = self._seeds(target, output_gradients)
-        module_req = callable(getattr(sources, "_parameter_list", None))  # a Module
-        if sources is None:
-            src_list: list[Tensor] | None = None
-        elif module_req:
-            src_list = sources._parameter_list()
-        elif isinstance(sources, Tensor):
-            src_list = [sources]
-        elif isinstance(sources, (list, tuple)):
-            src_list = list(sources)
-            for s in src_list:
-                if not isinstance(s, Tensor):
-                    raise TypeError(
-                        "Tape.gradient: sources must be Tensors or a Module, got a "
-                        f"{type(s).__name__} in the list"
-                    )
-        else:
-            raise TypeError(
-                "Tape.gradient: sources must be None, a Tensor, a list/tuple of Tensors or a "
-                f"Module, got {type(sources).__name__}"
-            )
-        if into is not None and src_list is not None and not module_req:
-            raise TypeError(
-                "Tape.gradient(into=...): accumulation needs a Gradients result: pass "
-                "sources=None or a Module"
-            )
-
+        seeds = target_seeds(self, target, output_gradients)
+        src_list, module_req = source_list(sources, into)
         # Leaves are collected before the walk: a non-persistent backward clears the tape.
         scan = self._scan()
         if src_list is not None and not module_req:
-            self._check_sources(src_list, scan[0])
+            check_sources(self, src_list, scan[0])
         results, leaves, facts = self._run(seeds, src_list, scan)
-        if src_list is None:
-            out = Gradients((t, results[tid]) for tid, t in leaves.items() if tid in results)
-            out._reasons = {id(t): (t, NO_PATH) for tid, t in leaves.items() if tid not in results}
-            out._facts = facts
-        elif module_req:
-            out = module_gradients(src_list, results, facts)
-        else:
-            zs = tensor_gradients(src_list, results)
-            return zs[0] if isinstance(sources, Tensor) else type(sources)(zs)
-        if into is not None:
-            into._accumulate(out)
-            return into
-        return out
-
-    def _check_sources(self, sources: list[Tensor], info: dict[int, Any]) -> None:
-        """Tensor sources must be on this tape: an unwatched one would silently get zeros."""
-        for k, t in enumerate(sources):
-            if t._tid is not None and t._tid in info:
-                continue
-            if t._is_param and t.requires_grad and self.watch_parameters and self._used_with:  # type: ignore[attr-defined]
-                continue  # auto-watched by the `with` block, just never used: a zero gradient
-            which = f"source {k}" if len(sources) > 1 else "the source"
-            if t._is_param:
-                why = TapeFacts(self, {}).reason(t)
-            else:
-                why = (
-                    "it was never watched and no op recorded here produced it. Watch it with "
-                    "tape.watch(x) before using it, or trace it with x = x.trace(tape); a tensor "
-                    "made with .numpy(), detach() or inside tg.no_grad() has left every tape"
-                )
-            raise ValueError(
-                f"Tape.gradient: {which} ({tname(t)}, {t.dtype}) is not on this tape: {why}"
-            )
+        return result(sources, src_list, module_req, results, leaves, facts, into)
 
     def _run(
         self,
@@ -244,60 +180,6 @@ class Tape:
         info, leaves = self._scan() if scan is None else scan
         facts = TapeFacts(self, leaves)
         return self._backward(seeds, src_list, info, leaves), leaves, facts
-
-    def _seeds(self, target: Any, output_gradients: Any, strict: bool = True) -> dict[int, Tensor]:
-        """``{tid: output gradient}`` for the targets; with ``strict``, each must be on this tape
-        (otherwise it is a constant here and is skipped)."""
-        targets = list(target) if isinstance(target, (list, tuple)) else [target]
-        if output_gradients is None:
-            ogs: list[Any] = [None] * len(targets)
-        else:
-            ogs = (
-                list(output_gradients)
-                if isinstance(output_gradients, (list, tuple))
-                else [output_gradients]
-            )
-            if len(ogs) != len(targets):
-                raise ValueError(
-                    f"Tape.gradient: {len(targets)} target(s) but {len(ogs)} output_gradients; "
-                    "give one per target"
-                )
-        seeds: dict[int, Tensor] = {}
-        for k, (t, og) in enumerate(zip(targets, ogs, strict=True)):
-            if not isinstance(t, Tensor):
-                raise TypeError(
-                    f"Tape.gradient: the target must be a Tensor, got {type(t).__name__}"
-                )
-            if og is None:
-                if t._data.size != 1:
-                    raise ValueError(
-                        f"Tape.gradient: the target has shape {tuple(t.shape)} ({t.dtype}); a "
-                        "non-scalar target needs output_gradients= (a tensor of the same shape: "
-                        "the vector of a vector-Jacobian product), or reduce it first, e.g. "
-                        "loss.sum() or loss.mean()"
-                    )
-                seed = _wrap(np.ones_like(t._data))
-            else:
-                seed = og if isinstance(og, Tensor) else Tensor(og, dtype=t.dtype)
-                if seed.shape != t.shape:
-                    raise ValueError(
-                        f"Tape.gradient: output_gradients has shape {tuple(seed.shape)} but the "
-                        f"target has shape {tuple(t.shape)}; they must match"
-                    )
-            tid = t._tid
-            if tid is not None and (self in t._tapes or tid in self._leaves):
-                prev = seeds.get(tid)
-                seeds[tid] = seed if prev is None else prev + seed
-            elif strict:
-                which = f"target {k} of {len(targets)}" if len(targets) > 1 else "the target"
-                raise ValueError(
-                    f"Tape.gradient: {which} (shape {tuple(t.shape)}) is not on this tape: no op "
-                    "that produced it was recorded here. Compute it while the tape is open "
-                    "(inside `with tape:`) from watched tensors or parameters, or trace an input "
-                    "with x.trace(tape); tensors that went through .numpy(), detach() or "
-                    "tg.no_grad() have left every tape."
-                )
-        return seeds
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:
         """``({tid: (shape, dtype)} for every tensor on this tape, {tid: tensor} for its leaves)``.
@@ -366,32 +248,7 @@ class Tape:
         """Free everything the tape holds; later gradient calls raise."""
         self._release()
 
-    # -- inspection (see _inspect.py) -----------------------------------------------------------
-    def summary(self) -> str:
-        """A table of the recorded ops: op, output shape, dtype, bytes held, module path."""
-        from .._inspect import summary  # noqa: PLC0415
-
-        return summary(self)
-
-    def to_dot(self, group: str = "op") -> str:
-        """Graphviz DOT source of the recorded DAG (parameters labelled by module path); with
-        ``group="module"``, one box per module."""
-        from .._inspect import to_dot  # noqa: PLC0415
-
-        return to_dot(self, group)
-
-    def render(self, path: str, format: str = "svg", group: str = "op") -> str:
-        """Draw the DAG to ``path`` (``.svg`` or ``.png``) with graphviz; returns the file written."""
-        from .._inspect import render  # noqa: PLC0415
-
-        return render(self, path, format, group)
-
-    def explain(self, target: Tensor, source: Tensor) -> str:
-        """The chain of ops from ``source`` to ``target`` on this tape, or why there is none."""
-        from .._inspect import explain  # noqa: PLC0415
-
-        return explain(self, target, source)
-
+    # -- reading the record (the hooks of summary, to_dot and explain: tapegrad/_inspect.py) ---
     @property
     def nodes(self) -> list[Node]:
         """The recorded ops, in execution order."""
