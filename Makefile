@@ -30,6 +30,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check tapegrad tests examples benchmarks
 	$(BIN)/mypy
+	@wc -l tapegrad/_autodiff/*.py | tail -n 1 | awk '{print "engine (tapegrad/_autodiff): " $$1 " lines"}'
 
 bench: $(STAMP)
 	@$(PIP) install -q "jax[cpu]" >/dev/null 2>&1 || echo "JAX did not install: its column stays empty"

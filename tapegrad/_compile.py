@@ -4,7 +4,7 @@
 (a tape, ``gradient``, ``optimizer.step``) while every primitive that runs, forward and backward,
 is captured. Two captures with different batches must agree op for op: then the program is
 compiled to one generated Python function (``step.source`` shows it) that calls the primitives'
-forwards and array VJPs (``Primitive.raw``, which the engine captures during backward) directly:
+forwards and VJPs on arrays (which the engine captures during backward) directly:
 no Tensors, no tape, no per-op bookkeeping, preallocated output buffers for elementwise kernels.
 The optimizer's per-parameter update then runs in place.
 

@@ -632,3 +632,40 @@ def test_backward_through_a_100k_op_chain_is_iterative():
     assert len(tape.nodes) == 100_000
     g = tape.gradient(h.sum(), xt)
     np.testing.assert_allclose(g.numpy(), [1.001**100], rtol=1e-12)
+
+
+def test_on_ready_reports_each_leaf_once_its_gradient_is_final():
+    # w1 is used first (so its gradient is final last), w2 by one op only, w3 never reached
+    w1 = tg.Parameter(tg.tensor([1.0, 2.0]))
+    w2 = tg.Parameter(tg.tensor([3.0, 4.0]))
+    w3 = tg.Parameter(tg.tensor([5.0, 6.0]))
+    with tg.Tape() as tape:
+        h = w1 * 2.0
+        u = (w3 * 0.0).sum()  # a branch that does not reach the loss
+        loss = (h * w2).sum() + (h * w1).sum()
+    del u
+    seen = []
+
+    def ready(p, g):
+        # final: equals what gradient() returns, and may be changed in place
+        seen.append((p, g.copy()))
+        g *= 10.0
+
+    grads = tape.gradient(loss, [w1, w2], on_ready=ready)
+    names = [id(p) for p, _ in seen]
+    assert names == [id(w2), id(w1)]  # w2's last use comes later in forward order
+    np.testing.assert_array_equal(seen[0][1], [2.0, 4.0])  # d/dw2 = h
+    np.testing.assert_array_equal(seen[1][1], 2.0 * np.array([3.0, 4.0]) + 4.0 * np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(grads[1].numpy(), [20.0, 40.0])  # changed in place
+    np.testing.assert_array_equal(grads[0].numpy(), 10.0 * (2.0 * np.array([3.0, 4.0]) + 4.0 * np.array([1.0, 2.0])))
+
+
+def test_on_ready_under_an_outer_tape_gets_arrays_too():
+    w = tg.Parameter(tg.tensor([1.0, 2.0]))
+    with tg.Tape() as outer, tg.Tape() as tape:
+        loss = (w * w * w).sum()
+        got = []
+        g = tape.gradient(loss, w, on_ready=lambda p, a: got.append((p, type(a))))
+        gs = g.sum()
+    assert got == [(w, np.ndarray)]
+    assert outer.gradient(gs, w).tolist() == [6.0, 12.0]

@@ -40,17 +40,23 @@ def reverse_pass(
     info: dict[int, tuple[Any, Any]],
     free: bool,
     tensors: bool,
+    ready: tuple[dict[int, Any], Callable[[int, Any], None]] | None = None,
 ) -> dict[int, Any]:
     """Backward from ``seeds`` (``{tid: output gradient}``): ``{tid: gradient}`` for every tensor
     in ``needed`` that was reached and is a leaf or in ``keep``. ``tensors`` runs the VJPs on
     Tensors (an outer tape records them: higher order), else on arrays. ``free`` drops each
-    node from ``nodes`` as it passes (the last reference, unless another tape shares it)."""
+    node from ``nodes`` as it passes (the last reference, unless another tape shares it).
+    ``ready = (leaves, fn)`` calls ``fn(tid, gradient)`` for each leaf as soon as the walk has
+    passed the last op that used it (its first use in forward order): its gradient is final."""
     xp = tensor_namespace() if tensors else ARRAYS
     cap = None if tensors else STATE.capture
     call = _call if cap is None else _Capture(cap).call
     grads = dict(seeds)
     results: dict[int, Any] = {}
+    final_at = _final_at(nodes, ready[0]) if ready is not None else {}
     for k in range(len(nodes) - 1, -1, -1):
+        if k + 1 in final_at:  # every op after k is passed
+            _report(ready, final_at[k + 1], grads)
         rec = nodes[k]
         if rec is None:
             continue
@@ -99,8 +105,29 @@ def reverse_pass(
             prev = gi = None
         # drop this node's arrays now, not when the names are next rebound
         ans = args = joint = g = None
+    if 0 in final_at:
+        _report(ready, final_at[0], grads)
     results.update(grads)  # leaves keep their gradients in `grads`
     return results
+
+
+def _report(ready: Any, tids: list[int], grads: dict[int, Any]) -> None:
+    for t in tids:
+        if t in grads:
+            ready[1](t, grads[t])
+
+
+def _final_at(nodes: list[Any], leaves: dict[int, Any]) -> dict[int, list[int]]:
+    """``{node index: the leaves whose first use (in forward order) it is}``."""
+    seen: set[int] = set()
+    out: dict[int, list[int]] = {}
+    for k, rec in enumerate(nodes):
+        if rec is not None:
+            for e in rec[INPUTS]:
+                if e is not None and (t := input_tid(e)) in leaves and t not in seen:
+                    seen.add(t)
+                    out.setdefault(k, []).append(t)
+    return out
 
 
 def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...], opname: str) -> Any:

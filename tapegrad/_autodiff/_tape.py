@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._tensor import Parameter, Tensor, _next_tid, _wrap
@@ -134,6 +135,7 @@ class Tape:
         sources: Any = None,
         output_gradients: Any = None,
         into: Gradients | None = None,
+        on_ready: Callable[[Tensor, Any], None] | None = None,
     ) -> Any:
         """Differentiate ``target`` with respect to ``sources``.
 
@@ -147,6 +149,10 @@ class Tape:
         on the tape that the target does not depend on gets zeros (as in JAX); one that is not on
         the tape at all (never watched) is an error rather than a silent zero.
         into: a Gradients to accumulate into (micro-batches); it is returned.
+        on_ready: called as ``on_ready(leaf, array)`` as soon as a leaf's gradient is final,
+        during the walk (the last op that used the leaf has been passed), with the gradient's
+        array, which it may change in place: data-parallel training starts reducing a bucket
+        of gradients across processes while backward goes on.
 
         One reverse walk over the record. A non-persistent tape frees each node as soon as it
         is passed and is released at the end; a persistent one keeps everything.
@@ -167,7 +173,7 @@ class Tape:
         scan = self._scan()
         if src_list is not None and not module_req:
             check_sources(self, src_list, scan[0])
-        results, leaves, facts = self._run(seeds, src_list, scan)
+        results, leaves, facts = self._run(seeds, src_list, scan, on_ready)
         return result(sources, src_list, module_req, results, leaves, facts, into)
 
     def _run(
@@ -175,11 +181,15 @@ class Tape:
         seeds: dict[int, Tensor],
         src_list: list[Tensor] | None,
         scan: tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]] | None = None,
+        on_ready: Callable[[Tensor, Any], None] | None = None,
     ) -> tuple[dict[int, Tensor], dict[int, Tensor], TapeFacts]:
         """Backward from ``seeds``: (``{tid: gradient}``, the leaves, facts for missing ones)."""
         info, leaves = self._scan() if scan is None else scan
         facts = TapeFacts(self, leaves)
-        return self._backward(seeds, src_list, info, leaves), leaves, facts
+        ready = None
+        if on_ready is not None:
+            ready = (leaves, lambda tid, g: on_ready(leaves[tid], getattr(g, "_data", g)))
+        return self._backward(seeds, src_list, info, leaves, ready), leaves, facts
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:
         """``({tid: (shape, dtype)} for every tensor on this tape, {tid: tensor} for its leaves)``.
@@ -208,6 +218,7 @@ class Tape:
         src_list: list[Tensor] | None,
         info: dict[int, tuple[Any, Any]],
         leaves: dict[int, Tensor],
+        ready: Any = None,
     ) -> dict[int, Tensor]:
         """The reverse walk: ``{tid: gradient}`` for the leaves (and non-leaf sources) reached."""
         if src_list is None:
@@ -224,9 +235,9 @@ class Tape:
         tensors = is_recording()
         try:
             if tensors:
-                return reverse_pass(self._nodes, seeds, needed, keep, info, free, True)
+                return reverse_pass(self._nodes, seeds, needed, keep, info, free, True, ready)
             arrays = {tid: g._data for tid, g in seeds.items()}
-            raw = reverse_pass(self._nodes, arrays, needed, keep, info, free, False)
+            raw = reverse_pass(self._nodes, arrays, needed, keep, info, free, False, ready)
             return {tid: _wrap(a) for tid, a in raw.items()}
         finally:
             if free:
