@@ -7,13 +7,14 @@ same op share the record. Ops that touch no open tape record nothing (inference)
 
 from __future__ import annotations
 
+from threading import get_ident
 from typing import Any
 
 from .._backend import np
 from .._tensor import Tensor, _next_tid
 from ._primitive import Primitive
 from ._record import version_sum
-from ._state import STATE
+from ._state import ACTIVE, STATE
 
 _new_tensor = Tensor.__new__
 
@@ -81,11 +82,13 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
     out._tapes = ()
     out._tid = None
     out._version = 0
-    if taped or STATE.with_tapes:
-        _record(prim, inputs, params, out)
-    cap = STATE.capture
-    if cap is not None:
-        cap.append((prim, inputs, params, out))
+    if taped or ACTIVE.n:  # one plain read while nothing is traced anywhere
+        st = STATE
+        if taped or st.with_tapes:
+            _record(prim, inputs, params, out, st)
+        cap = st.capture
+        if cap is not None:
+            cap.append((prim, inputs, params, out))
     return out
 
 
@@ -131,11 +134,12 @@ def _forward_error(
 _FLOATS = frozenset(np.dtype(c) for c in "efdgFDG")
 
 
-def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], out: Tensor) -> None:
+def _record(
+    prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], out: Tensor, st: Any
+) -> None:
     """Append one node to every recording tape that an input of this op is on."""
     data = out._data
     dt = data.dtype
-    st = STATE
     if not st.grad_enabled or (dt not in _FLOATS and dt.kind not in "fc"):
         return  # ops with integer or bool outputs carry no gradient
     # Per input: its version into vsum, its tapes into `tapes`, and its entry in the record:
@@ -199,12 +203,14 @@ def _record(prim: Primitive, inputs: tuple[Any, ...], params: dict[str, Any], ou
                         param = True
             ids.append(e)
         ids = tuple(ids)
-    if tapes:
+    if tapes:  # the inputs' tapes that record now, in this thread (see _state)
+        me = get_ident()
         if len(tapes) == 1:
-            if not tapes[0]._recording:
+            t = tapes[0]
+            if not (t._recording and t._owner == me):
                 tapes = ()
         else:
-            tapes = tuple([t for t in tapes if t._recording])
+            tapes = tuple([t for t in tapes if t._recording and t._owner == me])
     auto = st.auto
     if param and auto and tapes != auto:  # trainable parameters are on every auto tape
         tapes = auto if not tapes else tapes + tuple(t for t in auto if t not in tapes)

@@ -1,21 +1,43 @@
 """The trace state: open tapes, the grad switch, the module scope and tg.compile's capture.
 
-One ``TraceState`` object holds it; this module owns it, and the rest of the library changes it
-only through the functions below. The engine's hot paths read ``STATE``'s fields directly.
+The state is per thread (as PyTorch's grad mode is): two threads each training their own model
+never record on each other's tapes, and ``tg.no_grad()`` in one thread leaves the others
+alone. A tape belongs to the thread that opened it and records only ops run in that thread;
+other threads may read the tensors on it (their ops on them are simply not recorded there).
+One ``TraceState`` per thread holds it; this module owns it, and the rest of the library
+changes it only through the functions below. The engine's hot paths read ``STATE``'s fields
+directly, and first ``ACTIVE.n``, a process-wide count of open ``with`` tapes and captures, so
+that untraced code pays one plain attribute read, not a thread-local lookup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 
-class TraceState:
-    """What is being traced right now."""
+class _Active:
+    """How many ``with`` tapes and captures are open, in all threads together."""
 
-    __slots__ = ("with_tapes", "auto", "grad_enabled", "scope", "capture", "recording")
+    __slots__ = ("n", "lock")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def add(self, k: int) -> None:
+        with self.lock:
+            self.n += k
+
+
+ACTIVE = _Active()
+
+
+class TraceState(threading.local):
+    """What is being traced right now, in this thread."""
 
     def __init__(self) -> None:
         self.with_tapes: list[Any] = []  # tapes opened by ``with``, in order of opening
@@ -81,16 +103,20 @@ def start_capture(records: list[Any]) -> None:
     if STATE.capture is not None:
         raise RuntimeError("tg.compile: captures do not nest")
     STATE.capture = records
+    ACTIVE.add(1)
 
 
 def stop_capture() -> None:
-    STATE.capture = None
+    if STATE.capture is not None:
+        STATE.capture = None
+        ACTIVE.add(-1)
 
 
 # -- tapes opening and closing (called by Tape) ------------------------------------------------
 def set_recording(tape: Any, flag: bool) -> None:
     tape._recording = flag
     if flag:
+        tape._owner = threading.get_ident()
         STATE.recording.add(tape)
     else:
         STATE.recording.discard(tape)
@@ -101,6 +127,7 @@ def set_recording(tape: Any, flag: bool) -> None:
 def open_with(tape: Any) -> None:
     tape._in_with = True
     STATE.with_tapes.append(tape)
+    ACTIVE.add(1)
     set_recording(tape, True)
 
 
@@ -112,6 +139,7 @@ def close(tape: Any) -> None:
         tape._in_with = False
         with contextlib.suppress(ValueError):
             STATE.with_tapes.remove(tape)
+            ACTIVE.add(-1)
         _sync_auto()
 
 

@@ -54,6 +54,7 @@ class Tape:
         self._leaves: dict[int, Tensor] = {}
         self._watched: list[Tensor] = []  # tensors whose _tapes name this tape
         self._recording = False
+        self._owner = 0  # the thread that opened it (see _state)
         self._in_with = False
         self._used_with = False
         self._released = False
