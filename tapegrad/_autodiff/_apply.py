@@ -13,7 +13,7 @@ from typing import Any
 from .._backend import np
 from .._tensor import Tensor, _next_tid
 from ._primitive import Primitive
-from ._record import version_sum
+from ._record import Saved, keep, version_sum
 from ._state import ACTIVE, STATE
 
 _new_tensor = Tensor.__new__
@@ -230,6 +230,8 @@ def _record(
     else:
         args = tuple([x if i in sa else None for i, x in enumerate(inputs)])
         versions = version_sum(args)
+    if args is not None:
+        args = keep(args)  # tensors on a tape are kept by array and weak reference (_record)
     tid = _next_tid()
     out._tid = tid
     out._tapes = tapes
@@ -239,7 +241,7 @@ def _record(
         tid,
         data.shape,
         dt,
-        out if prim.save_out else None,
+        Saved(out) if prim.save_out else None,
         args,
         params,
         versions,

@@ -16,7 +16,7 @@ from typing import Any
 from .._backend import np
 from .._tensor import Tensor, _wrap
 from ._namespace import ARRAYS, tensor_namespace
-from ._record import ANS, INPUTS, OUT_TID, PARAMS, PRIM, input_tid, no_vjp_error, saved_args
+from ._record import INPUTS, OUT_TID, PARAMS, PRIM, input_tid, no_vjp_error, saved_args
 from ._state import STATE
 
 
@@ -68,10 +68,8 @@ def reverse_pass(
             continue
         if tid in keep:
             results[tid] = g
-        prim, params, ans, args = rec[PRIM], rec[PARAMS], rec[ANS], saved_args(rec)
-        if not tensors:
-            ans = None if ans is None else ans._data
-            args = [x._data if isinstance(x, Tensor) else x for x in args]
+        prim, params = rec[PRIM], rec[PARAMS]
+        ans, args = saved_args(rec, tensors)
         wanted = [
             (i, t)
             for i, e in enumerate(rec[INPUTS])

@@ -7,14 +7,21 @@ tape that watches parameters). Whether an input is on a given tape is decided at
 it is a leaf of that tape or the output of one of its nodes. Only what the primitive's ``save``
 lists is held (ANS, ARGS), so a node keeps no more memory than its VJP declares. VERSIONS is the
 sum of the saved inputs' version counters when the op ran (None when nothing is saved).
+
+A saved tensor that is on a tape (an op's output, a watched tensor) is kept as a ``Saved``: its
+array strongly, the tensor itself weakly. The tensor names its tapes, and a tape holds its
+records, so keeping the tensor would close a reference cycle: a tape never used would then
+wait for the garbage collector. With ``Saved``, reference counting alone frees it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from .._tensor import Tensor
+from ._state import STATE
 
 PRIM, INPUTS, OUT_TID, OUT_SHAPE, OUT_DTYPE, ANS, ARGS, PARAMS, VERSIONS, SCOPE_AT = range(10)
 
@@ -33,8 +40,8 @@ class Node(tuple):
     out_tid = property(lambda self: self[OUT_TID])
     out_shape = property(lambda self: self[OUT_SHAPE])
     out_dtype = property(lambda self: self[OUT_DTYPE])
-    ans = property(lambda self: self[ANS])
-    args = property(lambda self: self[ARGS])
+    ans = property(lambda self: _tensor_of(self[ANS]))
+    args = property(lambda self: None if self[ARGS] is None else tuple(map(_tensor_of, self[ARGS])))
     params = property(lambda self: self[PARAMS])
     versions = property(lambda self: self[VERSIONS])
     scope = property(lambda self: self[SCOPE_AT])
@@ -52,14 +59,60 @@ class Node(tuple):
         return f"<node {self.prim.name} -> {tuple(self.out_shape)} {self.out_dtype}>"
 
 
+class Saved:
+    """A tensor a record keeps for backward: its array, tid and version, and the tensor weakly."""
+
+    __slots__ = ("array", "ref", "tid", "version")
+
+    def __init__(self, t: Tensor) -> None:
+        self.array = t._data
+        self.ref = weakref.ref(t)
+        self.tid = t._tid
+        self.version = t._version
+
+    def tensor(self) -> Tensor:
+        """The tensor, or, once nobody holds it, a new one with its array and tid on the tapes
+        recording now (an outer tape differentiating backward finds it by tid)."""
+        t = self.ref()
+        if t is None:
+            t = Tensor.__new__(Tensor)
+            t._data, t._tid, t._version = self.array, self.tid, 0
+            t._tapes = tuple(STATE.recording)
+        return t
+
+    def current_version(self) -> int:
+        t = self.ref()
+        return self.version if t is None else t._version
+
+
+def keep(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` for a record: tensors that are on a tape become ``Saved``."""
+    if len(args) == 2:  # unrolled: most saving ops are binary
+        x, y = args
+        sx = x.__class__ is Tensor and bool(x._tapes)
+        sy = y.__class__ is Tensor and bool(y._tapes)
+        if sx or sy:
+            return (Saved(x) if sx else x, Saved(y) if sy else y)
+        return args
+    for x in args:
+        if x.__class__ is Tensor and x._tapes:
+            return tuple([Saved(x) if x.__class__ is Tensor and x._tapes else x for x in args])
+    return args
+
+
+def _tensor_of(x: Any) -> Any:
+    return x.tensor() if x.__class__ is Saved else x
+
+
 def saved_bytes(records: Iterable[tuple[Any, ...]], seen: set[int]) -> int:
     """Bytes held by the saved arrays of ``records``, each array counted once (``seen``)."""
     n = 0
     for r in records:
         for t in (r[ANS], *(r[ARGS] or ())):
-            if isinstance(t, Tensor) and id(t._data) not in seen:
-                seen.add(id(t._data))
-                n += t._data.nbytes
+            a = t.array if t.__class__ is Saved else t._data if isinstance(t, Tensor) else None
+            if a is not None and id(a) not in seen:
+                seen.add(id(a))
+                n += a.nbytes
     return n
 
 
@@ -67,24 +120,34 @@ def version_sum(args: tuple[Any, ...]) -> int:
     return sum([x._version for x in args if isinstance(x, Tensor)])
 
 
-def saved_args(rec: Any) -> Any:
-    """The VJPs' saved inputs (Nones when none were saved), after checking that none of them,
-    nor a saved output, was modified in place since the op ran (their version counters)."""
+def saved_args(rec: Any, tensors: bool) -> tuple[Any, Any]:
+    """The VJPs' saved output and inputs (None where not saved), as Tensors or as arrays, after
+    checking that none of them was modified in place since the op ran (version counters)."""
     ans = rec[ANS]
-    if ans is not None and ans._version:
-        raise _version_error(rec, [(-1, ans)])
+    if ans is not None:
+        t = ans.ref()
+        if t is not None and t._version:
+            raise _version_error(rec, [(-1, t)])
+        ans = ans.tensor() if tensors else ans.array
     args = rec[ARGS]
     if args is None:
-        return (None,) * len(rec[INPUTS])
+        return ans, (None,) * len(rec[INPUTS])
     v = 0
     for x in args:
-        if isinstance(x, Tensor):
+        if x.__class__ is Saved:
+            v += x.current_version()
+        elif isinstance(x, Tensor):
             v += x._version
     if v != rec[VERSIONS]:
         # The sum cannot say which one changed: name those no longer at version 0.
-        changed = [(i, x) for i, x in enumerate(args) if isinstance(x, Tensor) and x._version]
+        live = [_tensor_of(x) for x in args]
+        changed = [(i, x) for i, x in enumerate(live) if isinstance(x, Tensor) and x._version]
         raise _version_error(rec, changed)
-    return args
+    if tensors:
+        return ans, [_tensor_of(x) for x in args]
+    return ans, [
+        x.array if x.__class__ is Saved else x._data if isinstance(x, Tensor) else x for x in args
+    ]
 
 
 def where(rec: tuple[Any, ...]) -> str:

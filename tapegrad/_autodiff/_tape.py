@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -51,8 +52,11 @@ class Tape:
         self.watch_parameters = watch_parameters
         self._nodes: list[tuple[Any, ...] | None] = []  # records, see Node
         # watched tensors; parameters that met the tape are found in the records (_scan)
-        self._leaves: dict[int, Tensor] = {}
-        self._watched: list[Tensor] = []  # tensors whose _tapes name this tape
+        # watched tensors (their _tapes name this tape); parameters that met the tape are found
+        # in the records. Held strongly while the tape records (a traced leaf may have no other
+        # holder), weakly once it stops: a watched tensor names the tape, so a strong reference
+        # back would be a cycle that keeps an unused tape alive until the garbage collector.
+        self._leaves: Any = {}
         self._recording = False
         self._owner = 0  # the thread that opened it (see _state)
         self._in_with = False
@@ -70,10 +74,12 @@ class Tape:
             raise RuntimeError("Tape: this tape is already open in a `with` block")
         self._used_with = True
         open_with(self)
+        self._hold_leaves()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         close(self)
+        self._hold_leaves()
 
     def stop(self) -> None:
         """Stop recording (a traced tape records until gradient, release or stop)."""
@@ -114,6 +120,13 @@ class Tape:
                 )
         if not self._recording:
             set_recording(self, True)
+            self._hold_leaves()
+
+    def _hold_leaves(self) -> None:
+        if self._recording != (type(self._leaves) is dict):
+            self._leaves = (dict if self._recording else weakref.WeakValueDictionary)(
+                self._leaves.items()
+            )
 
     def _watch_tensor(self, t: Tensor, op: str) -> None:
         if t._data.dtype.kind not in "fc":
@@ -126,7 +139,6 @@ class Tape:
             t._tid = _next_tid()
         if self not in t._tapes:
             t._tapes = (*(tp for tp in t._tapes if not tp._released), self)
-            self._watched.append(t)
         self._leaves[t._tid] = t
 
     # -- gradient -----------------------------------------------------------------------------
@@ -199,7 +211,7 @@ class Tape:
         trainable Parameter that one of its nodes took as input.
         """
         info: dict[int, tuple[Any, Any]] = {}
-        leaves = dict(self._leaves)
+        leaves = dict(self._leaves.items())
         wp = self.watch_parameters
         for rec in self._nodes:
             if rec is None:
@@ -245,16 +257,16 @@ class Tape:
                 self._release()
             else:
                 set_recording(self, was_recording)
+                self._hold_leaves()
 
     # -- release --------------------------------------------------------------------------------
     def _release(self) -> None:
         self.__exit__()
         self._released = True
         self._nodes = []
-        self._leaves = {}
-        for t in self._watched:
+        watched, self._leaves = list(self._leaves.values()), {}
+        for t in watched:
             t._tapes = tuple(tp for tp in t._tapes if tp is not self)
-        self._watched = []
 
     def release(self) -> None:
         """Free everything the tape holds; later gradient calls raise."""
