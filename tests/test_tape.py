@@ -669,3 +669,28 @@ def test_on_ready_under_an_outer_tape_gets_arrays_too():
         gs = g.sum()
     assert got == [(w, np.ndarray)]
     assert outer.gradient(gs, w).tolist() == [6.0, 12.0]
+
+
+def test_op_hooks_see_every_op_and_every_gradient_then_go_away():
+    from tapegrad import _autodiff
+
+    ops, vjps = [], []
+    x = tg.tensor([1.0, 2.0])
+    prev = _autodiff.set_op_hooks(
+        lambda prim, ins, params, out: ops.append((prim.name, out.shape)),
+        lambda node, i, g: vjps.append((node.prim.name, i, g.shape)),
+    )
+    try:
+        y = tg.exp(x)  # untraced ops are seen too
+        with tg.Tape() as tape:
+            tape.watch(x)
+            z = (tg.exp(x) * 3.0).sum()
+        tape.gradient(z, x)
+    finally:
+        _autodiff.set_op_hooks(*prev)
+    assert prev == (None, None)
+    assert [n for n, _ in ops] == ["exp", "exp", "mul_scalar", "sum"]
+    assert [(n, i) for n, i, _ in vjps] == [("sum", 0), ("mul_scalar", 0), ("exp", 0)]
+    before = len(ops)
+    tg.exp(y)
+    assert len(ops) == before  # removed

@@ -28,6 +28,7 @@ from ._state import (
     no_grad,
     pop_scope,
     push_scope,
+    set_op_hooks,
     start_capture,
     stop_capture,
 )

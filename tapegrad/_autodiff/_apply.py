@@ -89,6 +89,8 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
         cap = st.capture
         if cap is not None:
             cap.append((prim, inputs, params, out))
+        if st.after_op is not None:
+            st.after_op(prim, inputs, params, out)
     return out
 
 

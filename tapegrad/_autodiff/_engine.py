@@ -16,7 +16,7 @@ from typing import Any
 from .._backend import np
 from .._tensor import Tensor, _wrap
 from ._namespace import ARRAYS, tensor_namespace
-from ._record import INPUTS, OUT_TID, PARAMS, PRIM, input_tid, no_vjp_error, saved_args
+from ._record import INPUTS, OUT_TID, PARAMS, PRIM, Node, input_tid, no_vjp_error, saved_args
 from ._state import STATE
 
 
@@ -54,6 +54,7 @@ def reverse_pass(
     grads = dict(seeds)
     results: dict[int, Any] = {}
     final_at = _final_at(nodes, ready[0]) if ready is not None else {}
+    after_vjp = STATE.after_vjp
     for k in range(len(nodes) - 1, -1, -1):
         if k + 1 in final_at:  # every op after k is passed
             _report(ready, final_at[k + 1], grads)
@@ -98,6 +99,8 @@ def reverse_pass(
                 gi = call(unbroadcast, "unbroadcast", xp, (gi,), kw)
             if gi.dtype is not dtype and gi.dtype != dtype:
                 gi = call(_astype, "astype", xp, (gi,), {"dtype": dtype})
+            if after_vjp is not None:
+                after_vjp(Node(rec), i, gi)
             prev = grads.get(itid)
             grads[itid] = gi if prev is None else call(_add, "add", xp, (prev, gi), {})
             prev = gi = None

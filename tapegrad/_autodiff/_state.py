@@ -51,6 +51,9 @@ class TraceState(threading.local):
         self.capture: list[Any] | None = None
         # the tapes recording now, however opened; while none is, backward runs on arrays
         self.recording: weakref.WeakSet[Any] = weakref.WeakSet()
+        # checks run after every op (forward) and every VJP (backward): tg.detect_anomaly
+        self.after_op: Any = None  # after_op(prim, inputs, params, out)
+        self.after_vjp: Any = None  # after_vjp(node, input_index, gradient)
 
 
 STATE = TraceState()
@@ -110,6 +113,18 @@ def stop_capture() -> None:
     if STATE.capture is not None:
         STATE.capture = None
         ACTIVE.add(-1)
+
+
+# -- checks after each op (tg.detect_anomaly) -------------------------------------------------
+def set_op_hooks(after_op: Any, after_vjp: Any) -> tuple[Any, Any]:
+    """Install ``after_op(prim, inputs, params, out)``, called after every op in this thread,
+    and ``after_vjp(node, input_index, gradient)``, called for every gradient backward computes;
+    None removes one. Returns the previous pair (to restore on exit)."""
+    st = STATE
+    prev = (st.after_op, st.after_vjp)
+    ACTIVE.add((after_op is not None) - (prev[0] is not None))
+    st.after_op, st.after_vjp = after_op, after_vjp
+    return prev
 
 
 # -- tapes opening and closing (called by Tape) ------------------------------------------------
