@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint bench clean install
+.PHONY: demo test lint bench docs clean install
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) install -q -e '.[test,dev,examples]'
+	$(PIP) install -q -e '.[test,dev,examples,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,9 +28,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check tapegrad tests examples benchmarks
+	$(BIN)/ruff check tapegrad tests examples benchmarks docs
 	$(BIN)/mypy
 	@wc -l tapegrad/_autodiff/*.py | tail -n 1 | awk '{print "engine (tapegrad/_autodiff): " $$1 " lines"}'
+
+docs: $(STAMP)
+	$(BIN)/python docs/gen_api.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "the site is in build/site (open build/site/index.html)"
 
 bench: $(STAMP)
 	@$(PIP) install -q "jax[cpu]" >/dev/null 2>&1 || echo "JAX did not install: its column stays empty"
