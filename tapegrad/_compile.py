@@ -17,6 +17,9 @@ change trigger a new capture (one program per signature).
 from __future__ import annotations
 
 import builtins
+import linecache
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,16 +27,45 @@ from typing import Any
 from . import _autodiff
 from ._autodiff import Gradients, Tape
 from ._backend import np
+from ._creation import Generator
 from ._tensor import Tensor, _wrap
 from .ops._common import as_tensor
 from .optim._optimizer import Optimizer
+
+
+class _Records(list):
+    """The capture: (primitive, inputs, params, output) per call, and where the user's code
+    made each call (for the message when two captures differ)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: list[str] = []
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        self.where.append(_user_line())
+
+
+_PKG = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_line() -> str:
+    """``file:line: code`` of the innermost caller outside tapegrad (and the standard library)."""
+    f: Any = sys._getframe(2)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG) and "contextlib" not in fn:
+            code = (linecache.getline(fn, f.f_lineno) or "").strip()
+            return f"{fn}:{f.f_lineno}: {code}"
+        f = f.f_back
+    return "(unknown)"
 
 
 class _Capture:
     """Records every primitive call: (primitive, inputs, params, output)."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[Any, tuple[Any, ...], dict[str, Any], Tensor]] = []
+        self.records = _Records()
 
     def __enter__(self) -> _Capture:
         _autodiff.start_capture(self.records)
@@ -96,6 +128,7 @@ class _Program:
             o = new("op", len(self.instrs))
             slot[id(out)] = by_array[id(out._data)] = o
             self.instrs.append((prim, tuple(args), kw, o))
+        self.where = list(cap.records.where)
         self.loss_slot = slot.get(id(loss))
         self.grad_slots = []
         for p, g in grads.items():
@@ -111,16 +144,66 @@ class _Program:
             (k, v if k != "param" else id(v)) for k, v in self.kinds if k != "op"
         ]
 
-    def matches(self, other: _Program) -> bool:
-        return len(self.instrs) == len(other.instrs) and _same(self.signature(), other.signature())
+    def difference(self, other: _Program) -> str | None:
+        """None when two captures agree op for op; else which op differs, where the user's code
+        made it, and why that keeps the step from compiling."""
+        if len(self.instrs) == len(other.instrs) and _same(self.signature(), other.signature()):
+            return None
+        for i, ((pa, aa, ka, _), (pb, ab, kb, _)) in enumerate(zip(self.instrs, other.instrs, strict=False)):
+            if pa is not pb:
+                why = f"it is '{pa.name}' in one call and '{pb.name}' in the other"
+                fix = "Python control flow on tensor values (if/while on .item()) changes the ops"
+            elif not _same(ka, kb):
+                k = next(k for k in {**ka, **kb} if not _same(ka.get(k), kb.get(k)))
+                why = f"its argument {k}= differs between calls ({_short(ka.get(k))} and {_short(kb.get(k))})"
+                fix = "pass values that change per batch as tensor operands, not as Python values"
+            elif not _same(self._consts(aa), other._consts(ab)):
+                why = "an operand that is a constant to the program (made outside tapegrad's ops, e.g. with numpy, or from .numpy()/.item()) differs between calls"
+                fix = "compute it with tapegrad ops on the step's inputs, or pass it as an input of the step"
+            else:
+                continue
+            return f"op {i} '{pa.name}' at {self.where[i]}: {why}. Fix: {fix}"
+        n = min(len(self.instrs), len(other.instrs))
+        longer = self.where if len(self.where) > n else other.where
+        return (
+            f"the two calls ran {len(self.instrs)} and {len(other.instrs)} ops (the first extra "
+            f"op at {longer[n]}). Fix: Python control flow on tensor values changes the ops; keep "
+            "it outside the step"
+        )
+
+    def _consts(self, args: tuple[Any, ...]) -> list[Any]:
+        return [self.kinds[v][1] if k == "s" and self.kinds[v][0] == "const" else None for k, v in args]
 
     def build(self, example_inputs: list[Any]) -> Callable[..., Any]:
-        """Generate ``run(inputs) -> (loss array, grad arrays)`` as straight-line code."""
-        outputs = {self.loss_slot, *(s for _, s in self.grad_slots)}
+        """Generate ``run(inputs) -> (loss array, grad arrays)`` as straight-line code.
+
+        Dead ops are dropped; each intermediate is deleted after its last use (with everything
+        that may be a view of it), so the program holds no more than eager does; elementwise
+        kernels write into buffers kept between steps, and a buffer whose value is dead is
+        reused by a later kernel of the same shape and dtype.
+        """
+        outputs: set[int] = {s for s in (self.loss_slot, *(s for _, s in self.grad_slots)) if s is not None}
         live = set(outputs)
         for _, args, _, o in reversed(self.instrs):  # dead-code elimination
             if o in live:
                 live.update(v for k, v in args if k == "s")
+        order = [i for i, ins in enumerate(self.instrs) if ins[3] in live]
+        ufunc = {i for i in order if isinstance(self.instrs[i][0].fwd, np.ufunc)
+                 and self.instrs[i][3] not in outputs and not self.instrs[i][2]}  # fmt: skip
+        forever = len(order)
+        last: dict[int, int] = {}  # op slot -> position of its last use
+        for pos, i in enumerate(order):
+            last.setdefault(self.instrs[i][3], pos)
+            for k, v in self.instrs[i][1]:
+                if k == "s" and self.kinds[v][0] == "op":
+                    last[v] = pos
+        for o in outputs:
+            last[o] = forever
+        dies_at: dict[int, list[int]] = {}
+        for o, pos in last.items():
+            if pos < forever:
+                dies_at.setdefault(pos, []).append(o)
+
         ns: dict[str, Any] = {}
         head = ["def run(inputs):"]
         for s, (kind, v) in enumerate(self.kinds):
@@ -136,9 +219,8 @@ class _Program:
                 head.append(f"    v{s} = C{s}")
         body: list[tuple[str, str]] = []  # (line without buffer, line with buffer)
         buffered: list[int] = []
-        for i, (prim, args, kw, o) in enumerate(self.instrs):
-            if o not in live:
-                continue
+        for pos, i in enumerate(order):
+            prim, args, kw, o = self.instrs[i]
             ns[f"f{i}"] = prim.fwd
             argstr = []
             for k, v in args:
@@ -151,23 +233,58 @@ class _Program:
                 ns[f"k{i}_{name}"] = val
                 argstr.append(f"{name}=k{i}_{name}")
             plain = f"    v{o} = f{i}({', '.join(argstr)})  # {prim.name}"
-            if isinstance(prim.fwd, np.ufunc) and o not in outputs and not kw:
-                # elementwise kernels write into a buffer kept between steps
+            if i in ufunc:  # elementwise kernels write into a buffer kept between steps
                 buffered.append(o)
                 body.append((plain, f"    v{o} = f{i}({', '.join(argstr)}, out=B{o})  # {prim.name}"))
             else:
                 body.append((plain, plain))
+            gone = dies_at.get(pos)
+            if gone:  # dropping a name only drops a reference: a view keeps its base alive
+                line = "    del " + ", ".join(f"v{m}" for m in gone)
+                body.append((line, line))
         grads = ", ".join(f"v{s}" for _, s in self.grad_slots)
         ret = f"    return v{self.loss_slot}, ({grads}{',' if len(self.grad_slots) == 1 else ''})"
-        # one run without buffers tells each buffer's shape and dtype
-        probe = "\n".join([*head, *(a for a, _ in body), "    return {" + ", ".join(f"{o}: v{o}" for o in buffered) + "}"])
+        # One run without buffers tells each buffer's shape and dtype, and which values may
+        # share memory with it (views): a buffer is reused only once all of those are dead.
+        probe = "\n".join([*head, *(a for a, _ in body if "    del " not in a), "    return locals()"])
         pns = dict(ns)
         exec(builtins.compile(probe, "<tg.compile probe>", "exec"), pns)  # noqa: S102
-        for o, arr in pns["run"](example_inputs).items():
-            ns[f"B{o}"] = np.empty_like(arr)
+        gens = {id(v): v for _, _, kw, _ in self.instrs for v in kw.values() if isinstance(v, Generator)}
+        states = [(g, g.get_state()) for g in gens.values()]
+        try:
+            values = {o: v for name, v in pns["run"](example_inputs).items()
+                      if name[0] == "v" and (o := int(name[1:])) in last}  # fmt: skip
+        finally:  # the probe's random draws must not advance the generators
+            for g, st in states:
+                g.set_state(st)
+        pos_of = {self.instrs[i][3]: pos for pos, i in enumerate(order)}
+        free: dict[tuple[Any, ...], list[Any]] = {}
+        pending: list[tuple[int, tuple[Any, ...], Any]] = []  # (dead after pos, key, buffer)
+        for o in buffered:
+            pos = pos_of[o]
+            for item in [p for p in pending if p[0] < pos]:
+                free.setdefault(item[1], []).append(item[2])
+                pending.remove(item)
+            arr = values[o]
+            key = (arr.shape, arr.dtype.str)
+            ns[f"B{o}"] = free[key].pop() if free.get(key) else np.empty_like(arr)
+            dead = max(last[m] for m, v in values.items() if _shares(v, arr))
+            pending.append((dead, key, ns[f"B{o}"]))
         self.source = "\n".join([*head, *(b for _, b in body), ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
+
+
+def _shares(v: Any, arr: Any) -> bool:
+    """Whether ``v`` (an array, or a tuple of them) may share memory with ``arr``."""
+    if isinstance(v, tuple):
+        return any(_shares(x, arr) for x in v)
+    return isinstance(v, np.ndarray) and bool(np.may_share_memory(v, arr))
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 class CompiledStep:
@@ -204,7 +321,8 @@ class CompiledStep:
 
     def __call__(self, *batch: Any) -> Tensor:
         inputs = [as_tensor(b) for b in batch]
-        key = tuple((t.shape, t.dtype.str) for t in inputs)
+        # one program per input signature and per train/eval state of the model's layers
+        key = (tuple((t.shape, t.dtype.str) for t in inputs), self._modes())
         entry = self._programs.get(key)
         if callable(entry):
             loss, gs = entry([t._data for t in inputs])
@@ -216,7 +334,7 @@ class CompiledStep:
         loss, prog = self._eager(inputs, cap)
         if entry is None:
             self._programs[key] = prog
-        elif entry.matches(prog):
+        elif (diff := entry.difference(prog)) is None:
             self._params = [p for p, _ in prog.grad_slots]
             self._programs[key] = prog.build([t._data for t in inputs])
             self._sources[key] = prog.source
@@ -226,12 +344,15 @@ class CompiledStep:
                 self._warned = True
                 warnings.warn(
                     "tg.compile: the step's ops depend on the batch other than through tensor "
-                    "operands (an index taken from the data, a random mask, or Python control "
-                    "flow on values); it keeps running eagerly",
+                    f"operands, so it keeps running eagerly: {diff}",
                     RuntimeWarning,
                     stacklevel=2,
                 )
         return loss
+
+    def _modes(self) -> tuple[bool, ...]:
+        modules = getattr(self.model, "modules", None)
+        return tuple(m.training for m in modules()) if modules is not None else ()
 
     def _update(self, gs: Any) -> None:
         """``optimizer.step`` on the program's gradients. An optimizer that keeps the base

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _backend as B
+from ._autodiff import apply, nondiff
 from ._backend import np
 from ._dtypes import as_dtype, default_float
 from ._tensor import Tensor, _to_array, _wrap
@@ -224,15 +225,32 @@ def _rng(generator: Generator | None) -> Any:
     return (generator or _default_generator)._rng
 
 
+def _draw_fwd(*, gen: Generator, method: str, args: tuple[Any, ...], post: Any, dtype: Any,
+              device: Any) -> Any:
+    a = getattr(gen._rng, method)(*args)
+    if post is not None:
+        a = post(a)
+    a = a.astype(dtype, copy=False)
+    return a if device is None else B.to_device(a, device)
+
+
+# Random draws go through apply, so tg.compile captures them: a compiled step calls the same
+# generator the same way, and its stream (and every later draw) equals eager's.
+_DRAW = nondiff("random", _draw_fwd)
+
+
+def _draw(generator: Generator | None, method: str, args: tuple[Any, ...], dtype: Any,
+          device: Any, post: Any = None) -> Tensor:
+    dev = None if device is None or B.normalize_device(device) == "cpu" else device
+    return apply(_DRAW, gen=generator or _default_generator, method=method, args=args,
+                 post=post, dtype=np.dtype(dtype), device=dev)  # fmt: skip
+
+
 def _fdtype(dtype: Any) -> np.dtype:
     d = as_dtype(dtype)
     if d.kind != "f":
         raise TypeError(f"random floats need a float dtype, got {d}")
     return d
-
-
-def _float_out(a: Any, d: np.dtype, device: Any) -> Tensor:
-    return _on(a.astype(d, copy=False), device)
 
 
 def randn(
@@ -245,7 +263,7 @@ def randn(
     (2, 3)
     """
     d = _fdtype(dtype)
-    return _float_out(_rng(generator).standard_normal(_shape(shape)), d, device)
+    return _draw(generator, "standard_normal", (_shape(shape),), d, device)
 
 
 def rand(
@@ -253,7 +271,7 @@ def rand(
 ) -> Tensor:
     """Uniform samples in [0, 1) of ``shape``."""
     d = _fdtype(dtype)
-    return _float_out(_rng(generator).random(_shape(shape)), d, device)
+    return _draw(generator, "random", (_shape(shape),), d, device)
 
 
 def _params(*values: Any) -> tuple[list[Any], tuple[int, ...]]:
@@ -286,7 +304,7 @@ def normal(
     if (s < 0).any():
         raise ValueError(f"normal: std must be >= 0, got {std}")
     size = shape if size is None else _size(size)
-    return _float_out(_rng(generator).normal(m, s, size), d, device)
+    return _draw(generator, "normal", (m, s, size), d, device)
 
 
 def uniform(
@@ -302,7 +320,7 @@ def uniform(
     d = _fdtype(dtype)
     (lo, hi), shape = _params(low, high)
     size = shape if size is None else _size(size)
-    return _float_out(_rng(generator).uniform(lo, hi, size), d, device)
+    return _draw(generator, "uniform", (lo, hi, size), d, device)
 
 
 def randint(
@@ -328,7 +346,24 @@ def randint(
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
     d = as_dtype(dtype) if dtype is not None else np.dtype(np.int64)
-    return _on(_rng(generator).integers(low, high, _size(size)).astype(d, copy=False), device)
+    return _draw(generator, "integers", (low, high, _size(size)), d, device)
+
+
+class _Below:
+    """``u < p`` for bernoulli (a class, not a closure, so two captures compare equal)."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p: Any) -> None:
+        self.p = p
+
+    def __call__(self, u: Any) -> Any:
+        return u < self.p
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Below) and bool(np.array_equal(self.p, other.p))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def bernoulli(
@@ -356,7 +391,7 @@ def bernoulli(
         d = p.dtype
     else:
         d = default_float()
-    return _on((_rng(generator).random(size) < pa).astype(d), device)
+    return _draw(generator, "random", (size,), d, device, _Below(pa))
 
 
 def permutation(n: int, device: Any = None, generator: Generator | None = None) -> Tensor:
@@ -366,4 +401,4 @@ def permutation(n: int, device: Any = None, generator: Generator | None = None) 
     >>> sorted(tg.permutation(4).tolist())
     [0, 1, 2, 3]
     """
-    return _on(_rng(generator).permutation(n).astype(np.int64), device)
+    return _draw(generator, "permutation", (n,), np.int64, device)

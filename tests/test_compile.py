@@ -82,13 +82,130 @@ def test_new_shapes_recapture():
 
 def test_data_dependent_step_falls_back_to_eager():
     tg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     opt = tg.optim.SGD(model.parameters(), lr=0.01)
-    step = tg.compile(lambda x, y: F.mse_loss(model(x), y), model, opt)
+    rng = np.random.default_rng(0)
+
+    def loss_fn(x, y):
+        mask = tg.tensor(rng.random((16, 8)) > 0.5)  # a mask made with numpy: a constant
+        return F.mse_loss(model[2](model[1](model[0](x)) * mask), y)
+
+    step = tg.compile(loss_fn, model, opt)
     x, y = tg.randn(16, 4), tg.randn(16, 1)
     step(x, y)
-    with pytest.warns(RuntimeWarning, match="keeps running eagerly"):
+    with pytest.warns(RuntimeWarning, match="keeps running eagerly") as rec:
         step(x, y)
+    msg = str(rec[0].message)
+    # names the op, the user's line and what to do
+    assert "'astype'" in msg and "test_compile.py:" in msg and "mask" in msg and "Fix:" in msg, msg
     before = [p.numpy().copy() for p in model.parameters()]
     step(x, y)  # still trains
     assert any(not np.array_equal(a, p.numpy()) for a, p in zip(before, model.parameters(), strict=True))
+
+
+def test_a_step_with_dropout_and_noise_compiles_and_equals_eager_with_the_stream_after():
+    def run(compiled: bool):
+        tg.manual_seed(3)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
+        opt = tg.optim.Adam(model.parameters(), lr=1e-2)
+
+        def loss_fn(x, y):  # dropout, plus reparameterisation noise as in a VAE
+            h = model(x)
+            return F.mse_loss(h + 0.1 * tg.randn_like(h) if hasattr(tg, "randn_like") else h + 0.1 * tg.randn(*h.shape), y)
+
+        batches = [(tg.tensor(np.full((8, 6), k, np.float32)), tg.ones((8, 2))) for k in range(6)]
+        if compiled:
+            step = tg.compile(loss_fn, model, opt)
+            with __import__("warnings").catch_warnings():
+                __import__("warnings").simplefilter("error")  # no fallback
+                losses = [step(x, y).item() for x, y in batches]
+            assert step.source  # it compiled
+        else:
+            losses = []
+            for x, y in batches:
+                with tg.Tape() as tape:
+                    loss = loss_fn(x, y)
+                opt.step(tape.gradient(loss, model))
+                losses.append(loss.item())
+        return losses, [p.numpy() for p in model.parameters()], tg.rand(4).tolist()
+
+    eager, comp = run(False), run(True)
+    assert comp[0] == eager[0]
+    for a, b in zip(comp[1], eager[1], strict=True):
+        assert np.array_equal(a, b)
+    assert comp[2] == eager[2]  # the random stream afterwards too
+
+
+def test_switching_to_eval_mode_gets_its_own_program():
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+    opt = tg.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay put
+    step = tg.compile(lambda x, y: F.mse_loss(model(x), y), model, opt)
+    x, y = tg.randn(16, 4), tg.randn(16, 1)
+    for _ in range(3):
+        step(x, y)
+    model.eval()
+    evals = [step(x, y).item() for _ in range(3)]
+    assert evals[0] == evals[1] == evals[2]  # no dropout in eval mode
+    with tg.no_grad():
+        assert evals[0] == F.mse_loss(model(x), y).item()
+    assert len(step._sources) == 2
+
+
+def _deep(n_layers: int = 6):
+    tg.manual_seed(0)
+    model = nn.ModuleList([nn.Linear(32, 32) for _ in range(n_layers)])
+    opt = tg.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_fn(x, y):
+        h = x
+        for layer in model:  # the shifts are elementwise kernels whose values die at once
+            h = h + tg.tanh(layer(h) + 0.5)
+        return F.mse_loss(h, y)
+
+    return model, opt, loss_fn
+
+
+def test_the_program_frees_intermediates_and_reuses_buffers():
+    model, opt, loss_fn = _deep()
+    step = tg.compile(loss_fn, model, opt)
+    x, y = tg.randn(64, 32), tg.randn(64, 32)
+    for _ in range(3):
+        step(x, y)
+    src = step.source
+    assert "del " in src  # intermediates go as soon as they are dead
+    run = step._programs[next(iter(step._programs))]
+    buffers = {id(v) for name, v in run.__globals__.items() if name.startswith("B")}
+    assert src.count("out=B") > len(buffers) > 0  # several kernels share a buffer
+
+
+def test_a_compiled_step_holds_no_more_memory_than_eager():
+    import tracemalloc
+
+    def peak(compiled: bool) -> int:
+        model, opt, loss_fn = _deep()
+        x, y = tg.randn(64, 32), tg.randn(64, 32)
+        step = tg.compile(loss_fn, model, opt)
+
+        def eager():
+            with tg.Tape() as tape:
+                loss = loss_fn(x, y)
+            opt.step(tape.gradient(loss, model))
+
+        run = (lambda: step(x, y)) if compiled else eager
+        for _ in range(3):  # the two capture steps, then the steady state
+            run()
+        held = 0  # the program's buffers live between steps: count them in
+        if compiled:
+            prog = step._programs[next(iter(step._programs))]
+            bufs = {id(v): v for k, v in prog.__globals__.items() if k.startswith("B")}
+            held = sum(v.nbytes for v in bufs.values())
+        tracemalloc.start()
+        try:
+            for _ in range(2):
+                run()
+            return held + tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert peak(True) <= peak(False)

@@ -11,9 +11,10 @@ from typing import Any
 
 from .. import _backend as B
 from .. import _creation
+from .._autodiff import apply, nondiff
 from .._backend import np
 from .._dtypes import as_dtype
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _shape as S
 from ..ops import _softmax as SM
@@ -212,13 +213,21 @@ def log_softmax(
 # --------------------------------------------------------------------------------------------
 
 
+def _keep_mask_fwd(*, gen: Any, shape: tuple[int, ...], dtype: Any, p: float, device: str) -> Any:
+    dt = dtype if dtype in (np.float32, np.float64) else np.float32
+    keep = gen._rng.random(shape, dtype=dt) >= p
+    m = keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
+    return B.to_device(m, device)
+
+
+# through apply, so that tg.compile captures the draw and replays it on the same generator
+_KEEP_MASK = nondiff("dropout_mask", _keep_mask_fwd)
+
+
 def _keep_mask(x: Tensor, p: float, shape: tuple[int, ...]) -> Tensor:
     """A constant mask of 0 and ``1 / (1 - p)`` (kept with probability ``1 - p``)."""
-    rng = _creation._rng(None)
-    dt = x.dtype if x.dtype in (np.float32, np.float64) else np.float32
-    keep = rng.random(shape, dtype=dt) >= p
-    m = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - p))
-    return _wrap(B.to_device(m, x.device))
+    gen = _creation.default_generator()
+    return apply(_KEEP_MASK, gen=gen, shape=shape, dtype=x.dtype, p=p, device=x.device)
 
 
 def _check_p(p: float, op: str) -> None:
