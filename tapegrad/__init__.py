@@ -30,6 +30,7 @@ from ._autodiff import (
     trace,
     undefprim,
 )
+from ._checkpoint import checkpoint, checkpoint_module
 from ._compile import CompiledStep, compile
 from ._creation import (
     Generator,

@@ -413,6 +413,7 @@ add(
 ELSEWHERE = {
     "nn.": "tests/test_functional_nn.py (the fused nn primitives: conv, linear, pooling, losses)",
     "to_device": "needs CuPy and a GPU: the host <-> device copy has no CPU-only form",
+    "checkpoint": "tests/test_checkpoint.py (recomputes a block: checked against the plain block and PyTorch)",
 }
 # per-arity primitives are named concat, concat3, ... and einsum, einsum1, einsum3, ...
-ARITY_FAMILIES = ("concat", "einsum")
+ARITY_FAMILIES = ("concat", "einsum", "checkpoint")

@@ -23,8 +23,10 @@ from ._namespace import ARRAYS, set_tensor_namespace
 from ._primitive import OUT, PRIMITIVES, Joint, Primitive, defprim, nondiff, undefprim
 from ._record import Node
 from ._state import (
+    is_capturing,
     is_grad_enabled,
     is_recording,
+    isolated,
     no_grad,
     pop_scope,
     push_scope,

@@ -109,6 +109,11 @@ def start_capture(records: list[Any]) -> None:
     ACTIVE.add(1)
 
 
+def is_capturing() -> bool:
+    """Whether tg.compile is capturing in this thread."""
+    return STATE.capture is not None
+
+
 def stop_capture() -> None:
     if STATE.capture is not None:
         STATE.capture = None
@@ -125,6 +130,24 @@ def set_op_hooks(after_op: Any, after_vjp: Any) -> tuple[Any, Any]:
     ACTIVE.add((after_op is not None) - (prev[0] is not None))
     st.after_op, st.after_vjp = after_op, after_vjp
     return prev
+
+
+@contextlib.contextmanager
+def isolated() -> Iterator[None]:
+    """Inside, this thread's open tapes pause: ops record only on tapes opened inside (gradient
+    checkpointing runs a block on a private tape). They resume on exit."""
+    st = STATE
+    paused = list(st.recording)
+    saved = (st.with_tapes, st.auto, st.recording)
+    for t in paused:
+        t._recording = False
+    st.with_tapes, st.auto, st.recording = [], (), weakref.WeakSet()
+    try:
+        yield
+    finally:
+        st.with_tapes, st.auto, st.recording = saved
+        for t in paused:
+            t._recording = True
 
 
 # -- tapes opening and closing (called by Tape) ------------------------------------------------
