@@ -69,9 +69,9 @@ def main() -> None:
     inside = sum(acc.values()) / args.steps
     print(f"tapegrad ({args.workload}): {1e3 * step:.2f} ms per step, {1e3 * inside:.2f} ms in "
           f"primitives, {1e3 * (step - inside):.2f} ms outside (Python, tape, optimizer)")
-    for name, t in sorted(acc.items(), key=lambda kv: -kv[1]):
-        if t / args.steps >= 1e-5:
-            print(f"  {name:34s} {1e3 * t / args.steps:8.3f} ms")
+    # every primitive the step ran, however short (a time threshold would make the list vary)
+    for name, t in sorted(acc.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {name:34s} {1e3 * t / args.steps:8.3f} ms")
 
     if args.torch:
         from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
