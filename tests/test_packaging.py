@@ -43,6 +43,7 @@ def _closure(extras: set[str]) -> set[str]:
     """
     project = PYPROJECT["project"]
     seen: set[str] = set()
+    visited: set[tuple[str, frozenset[str]]] = set()
     todo: list[tuple[str, frozenset[str]]] = [("tapegrad", frozenset(extras))]
     done_self: set[str] = set()
     while todo:
@@ -58,8 +59,9 @@ def _closure(extras: set[str]) -> set[str]:
             for r in map(Requirement, reqs):
                 todo.append((r.name, frozenset(r.extras)))
             continue
-        if name in seen and not wanted:
+        if (name, wanted) in visited:
             continue
+        visited.add((name, wanted))
         seen.add(name)
         try:
             dist = md.distribution(name)
