@@ -51,7 +51,6 @@ class Tape:
         self.persistent = persistent
         self.watch_parameters = watch_parameters
         self._nodes: list[tuple[Any, ...] | None] = []  # records, see Node
-        # watched tensors; parameters that met the tape are found in the records (_scan)
         # watched tensors (their _tapes name this tape); parameters that met the tape are found
         # in the records. Held strongly while the tape records (a traced leaf may have no other
         # holder), weakly once it stops: a watched tensor names the tape, so a strong reference
