@@ -83,7 +83,8 @@ class detect_anomaly:
     line that called it. Wrap both the forward pass and ``tape.gradient`` in it.
 
     ``check_forward`` / ``check_backward`` turn either half off. Checking every value of
-    every op makes the code several times slower: use it to find a bug, not to train.
+    every op makes the code several times slower, and the block remembers where each recorded
+    op was called (about 200 bytes per op until it exits): use it to find a bug, not to train.
 
     >>> import numpy as np, tapegrad as tg
     >>> x = tg.tensor([1.0, -1.0])

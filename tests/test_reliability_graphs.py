@@ -234,7 +234,7 @@ _FAST = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-_SLOW = settings(_FAST, max_examples=3000)
+_SLOW = settings(_FAST, max_examples=1000)
 
 
 @_FAST

@@ -231,6 +231,8 @@ def test_sgd_refuses_adams_state_entries():
         ),
         (lambda sd: sd["param_groups"][0].update(maximize=True), r"maximize=True is not supported"),
         (lambda sd: sd["state"][0].update(step="3"), r"'step' must be a count >= 0"),
+        (lambda sd: sd["state"][0].update(step=float("inf")), r"'step' must be a count >= 0"),
+        (lambda sd: sd["state"][0].update(step=10**400), r"'step' must be a count >= 0"),
         (lambda sd: sd["state"][0].update(exp_avg="zeros"), r"'exp_avg' is a str, not an array"),
         (lambda sd: sd["state"][0].pop("exp_avg_sq"), r"lacks \['exp_avg_sq'\]"),
         (lambda sd: sd["state"].update({"x": {}}), r"parameter index 'x' matches no parameter"),

@@ -326,7 +326,7 @@ class Optimizer:
                 out[k] = B.to_device(a, p.device).astype(p.dtype, copy=True)
             elif k == "step":
                 a = _asarray(v)
-                if a is None or a.shape != () or a.dtype.kind not in "iuf" or not a >= 0:
+                if a is None or a.shape != () or a.dtype.kind not in "iuf" or not 0 <= a < 2**62:
                     raise ValueError(f"{where}: 'step' must be a count >= 0, got {val!r}")
                 out[k] = int(a.item())
             else:
