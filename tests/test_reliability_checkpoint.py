@@ -282,7 +282,7 @@ _KILLS = textwrap.dedent(
             while True:
                 tg.save({"i": i, "w": tg.tensor(np.full(300_000, float(i), np.float32))}, path)
                 i += 1
-        time.sleep(rnd.uniform(0.0, 0.03))
+        time.sleep(rnd.uniform(0.0, 0.05))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         back = tg.load(path)  # never torn: the last complete save, whole
