@@ -23,6 +23,7 @@ from ._namespace import ARRAYS, set_tensor_namespace
 from ._primitive import OUT, PRIMITIVES, Joint, Primitive, defprim, nondiff, undefprim
 from ._record import Node
 from ._state import (
+    current_scope,
     is_capturing,
     is_grad_enabled,
     is_recording,
@@ -30,6 +31,7 @@ from ._state import (
     no_grad,
     pop_scope,
     push_scope,
+    set_anomaly_mode,
     set_op_hooks,
     start_capture,
     stop_capture,

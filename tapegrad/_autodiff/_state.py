@@ -100,6 +100,11 @@ def pop_scope() -> None:
     STATE.scope.pop()
 
 
+def current_scope() -> str | None:
+    """The path of the innermost module running now, or None."""
+    return STATE.scope[-1] if STATE.scope else None
+
+
 # -- tg.compile's capture ----------------------------------------------------------------------
 def start_capture(records: list[Any]) -> None:
     """Append every primitive call to ``records`` until ``stop_capture`` (no nesting)."""
@@ -118,6 +123,18 @@ def stop_capture() -> None:
     if STATE.capture is not None:
         STATE.capture = None
         ACTIVE.add(-1)
+
+
+_ANOMALY: list[Any] = []  # tg.detect_anomaly, installed by tapegrad._anomaly (it sits above)
+
+
+def set_anomaly_mode(factory: Any) -> None:
+    """Install the context manager that ``Tape(detect_anomaly=True)`` opens."""
+    _ANOMALY[:] = [factory]
+
+
+def anomaly_mode() -> Any:
+    return _ANOMALY[0]()
 
 
 # -- checks after each op (tg.detect_anomaly) -------------------------------------------------
