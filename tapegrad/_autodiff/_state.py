@@ -1,13 +1,7 @@
-"""The trace state: open tapes, the grad switch, the module scope and tg.compile's capture.
+"""The trace state, per thread: open tapes, the grad switch, the module scope, the hooks.
 
-The state is per thread (as PyTorch's grad mode is): two threads each training their own model
-never record on each other's tapes, and ``tg.no_grad()`` in one thread leaves the others
-alone. A tape belongs to the thread that opened it and records only ops run in that thread;
-other threads may read the tensors on it (their ops on them are simply not recorded there).
-One ``TraceState`` per thread holds it; this module owns it, and the rest of the library
-changes it only through the functions below. The engine's hot paths read ``STATE``'s fields
-directly, and first ``ACTIVE.n``, a process-wide count of open ``with`` tapes and captures, so
-that untraced code pays one plain attribute read, not a thread-local lookup.
+Only this module's functions change it. Hot paths read ``ACTIVE.n`` (open ``with`` tapes,
+captures and hooks, all threads) before any thread-local field (docs/design.md, "Tape rules").
 """
 
 from __future__ import annotations
