@@ -17,6 +17,7 @@ from . import (
     optim,
     testing,
 )
+from ._anomaly import AnomalyError, detect_anomaly
 from ._autodiff import (
     Gradients,
     MissingGradientError,

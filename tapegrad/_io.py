@@ -5,8 +5,10 @@ other safetensors reader. Tensors are stored under keys made of their path in th
 joined by ``/`` (a flat ``state_dict`` keeps its own keys, so it loads into PyTorch as is;
 ``{"model": sd}`` stores ``model/encoder.weight``). Everything else (nested dicts, lists,
 tuples, numbers, strings, bools, None) goes, as JSON, into the header's ``__metadata__`` under
-``"tapegrad"``, together with a CRC32 of every tensor so corruption is caught on load.
-Nothing is ever pickled or unpickled: a file holds data, never code.
+``"tapegrad"``, together with a CRC32 of every tensor, and a CRC32 of the whole file (header and data) under
+``"tapegrad_crc32"``, so that any damage to the file, metadata included, is caught on load.
+Nothing is ever pickled or unpickled: a file holds data, never code. Metadata that passes the
+checksum but is malformed (crafted by hand) gives the same corrupt-checkpoint ``ValueError``.
 
 Writes are atomic: the file is written under a temporary name in the same directory, flushed
 and fsynced, then renamed over the target (and the directory fsynced), so a crash or a killed
@@ -32,8 +34,16 @@ from ._tensor import Tensor, _wrap
 
 __all__ = ["load", "load_checkpoint", "save", "save_checkpoint"]
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: a CRC32 of the whole file in the header (1: per tensor only)
 _META_KEY = "tapegrad"
+_CRC_KEY = "tapegrad_crc32"
+# where the file's CRC sits in the header; it is computed with eight zeros in its place
+_CRC_AT = b'"' + _CRC_KEY.encode() + b'":"'
+_CRC_BLANK = "00000000"
+_ST_DTYPES = {
+    "b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32", "i4": "I32",
+    "u8": "U64", "i8": "I64", "f2": "F16", "f4": "F32", "f8": "F64",
+}  # fmt: skip
 # header markers; plain JSON dicts whose keys start with "__" are escaped as "__dict__"
 _T, _A, _TUP, _DICT = "__tensor__", "__array__", "__tuple__", "__dict__"
 
@@ -51,13 +61,13 @@ class _Encoder:
     def key(self, path: tuple[str, ...]) -> str:
         base = "/".join(path) if path else "tensor"
         k, n = base, 1
-        while k in self.arrays:  # two paths that join to the same string
+        while k in self.arrays or k == "__metadata__":  # two paths joining to one string
             k, n = f"{base}#{n}", n + 1
         return k
 
     def put(self, path: tuple[str, ...], arr: Any, marker: str) -> dict[str, str]:
         arr = np.asarray(B.to_device(arr, "cpu"), order="C")  # (ascontiguousarray makes 0-d 1-d)
-        if arr.dtype.kind not in "biuf" or arr.dtype.byteorder == ">":
+        if _st_dtype(arr) is None or arr.dtype.byteorder == ">":
             arr = _storable(arr, path)
         k = self.key(path)
         self.arrays[k] = arr
@@ -97,12 +107,16 @@ class _Encoder:
         raise TypeError(_cannot(obj, path))
 
 
+def _st_dtype(arr: Any) -> str | None:
+    return _ST_DTYPES.get(f"{arr.dtype.kind}{arr.dtype.itemsize}")
+
+
 def _storable(arr: Any, path: tuple[str, ...]) -> Any:
-    if arr.dtype.kind in "biuf":  # big-endian: store little-endian
+    if _st_dtype(arr) is not None:  # big-endian: store little-endian
         return arr.astype(arr.dtype.newbyteorder("<"))
     raise TypeError(
         f"tg.save: the array at '{'/'.join(path)}' has dtype {arr.dtype}; safetensors stores "
-        "bool, integer and float arrays only"
+        "bool, integer and float arrays (up to 64 bits) only: cast it with .astype(...)"
     )
 
 
@@ -145,9 +159,8 @@ def _take(arrays: dict[str, Any], key: str, path: str) -> Any:
     try:
         return arrays[key]
     except KeyError:
-        raise ValueError(
-            f"tg.load: '{path}' is corrupt: its metadata refers to tensor '{key}', which the "
-            "file does not hold"
+        raise _Corrupt(
+            f"its metadata refers to tensor '{key}', which the file does not hold"
         ) from None
 
 
@@ -170,8 +183,6 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     >>> ck["w"].tolist(), ck["step"], ck["betas"]
     ([1.0, 1.0], 3, (0.9, 0.999))
     """
-    from safetensors.numpy import save_file  # noqa: PLC0415
-
     enc = _Encoder()
     tree = enc.encode(obj, ())
     meta = json.dumps(
@@ -186,20 +197,64 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
             f"tg.save: cannot write '{target}': the directory '{directory}' does not exist "
             "(create it first: os.makedirs(directory, exist_ok=True))"
         )
+    head, chunks = _layout(enc.arrays, meta)
     tmp = os.path.join(
         directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     )
     try:
-        save_file(enc.arrays, tmp, metadata={_META_KEY: meta})
-        with open(tmp, "rb+") as f:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            for c in chunks:
+                f.write(c)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except OSError as e:  # a full disk, a quota, a read-only directory: name the file
+        _remove(tmp)
+        raise OSError(
+            e.errno,
+            f"tg.save: could not write '{target}' ({e.strerror or e}); the previous file, if "
+            "any, is unchanged. Free space or choose another directory",
+        ) from e
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
     _fsync_dir(directory)
+
+
+def _remove(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def _layout(arrays: dict[str, Any], meta: str) -> tuple[bytes, list[Any]]:
+    """The safetensors header (with the whole file's CRC32 in it) and the data chunks.
+
+    Written here rather than by ``safetensors.numpy.save_file`` so that the header's bytes are
+    known: the CRC covers the 8-byte length, the header (with the CRC's own eight characters
+    as zeros) and the data, in file order.
+    """
+    entries: dict[str, Any] = {"__metadata__": {_META_KEY: meta, _CRC_KEY: _CRC_BLANK}}
+    chunks, off = [], 0
+    for k, a in arrays.items():
+        entries[k] = {
+            "dtype": _st_dtype(a),
+            "shape": list(a.shape),
+            "data_offsets": [off, off + a.nbytes],
+        }
+        off += a.nbytes
+        if a.size:
+            chunks.append(a.reshape(-1).view(np.uint8))
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # data aligned to 8 bytes, as safetensors pads
+    head = struct.pack("<Q", len(text)) + text
+    crc = zlib.crc32(head)
+    for c in chunks:
+        crc = zlib.crc32(c, crc)
+    at = head.index(_CRC_AT) + len(_CRC_AT)
+    return head[:at] + f"{crc:08x}".encode() + head[at + 8 :], chunks
 
 
 def _fsync_dir(directory: str) -> None:
@@ -269,31 +324,97 @@ def load(path: str | os.PathLike[str]) -> Any:
             f"may be truncated, corrupt or in another format.{_sniff(p)}"
         ) from None
     arrays = {k: (a if a.flags.writeable else a.copy()) for k, a in arrays.items()}
-    raw = meta.get(_META_KEY)
-    if raw is None:  # a foreign safetensors file: its tensors by name
+    raw, stored = meta.get(_META_KEY), meta.get(_CRC_KEY)
+    if raw is None and stored is None:  # a foreign safetensors file: its tensors by name
         return {k: _wrap(a) for k, a in arrays.items()}
     try:
-        header = json.loads(raw)
-        tree, crcs = header["tree"], header["crc32"]
-        version = header["version"]
-    except (ValueError, KeyError, TypeError) as e:
+        header = _parse_header(raw)
+        if stored is not None:
+            _check_file_crc(p, stored, header, arrays)
+        elif header["version"] >= 2:
+            raise _Corrupt("its checksum entry is missing")
+        if header["version"] > _FORMAT_VERSION:
+            raise ValueError(
+                f"tg.load: '{p}' was written in checkpoint format {header['version']}; this "
+                f"tapegrad reads up to {_FORMAT_VERSION}. Upgrade tapegrad."
+            )
+        _check_tensor_crcs(header["crc32"], arrays)
+        return _decode(header["tree"], arrays, p)
+    except _Corrupt as e:
+        raise ValueError(f"tg.load: '{p}' is corrupt: {e}") from None
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as e:
+        # metadata that passed the checksum but does not have the shape tg.save writes
         raise ValueError(
-            f"tg.load: '{p}' is corrupt: its tapegrad metadata does not parse ({e})"
+            f"tg.load: '{p}' is corrupt: its tapegrad metadata is malformed "
+            f"({type(e).__name__}: {_short(e)}); it was not written by tg.save"
         ) from None
-    if version > _FORMAT_VERSION:
-        raise ValueError(
-            f"tg.load: '{p}' was written in checkpoint format {version}; this tapegrad reads up to "
-            f"{_FORMAT_VERSION}. Upgrade tapegrad."
-        )
+
+
+class _Corrupt(Exception):
+    """Why a file is corrupt (load adds the file's name)."""
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _parse_header(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise _Corrupt("its checksum entry is there but its tapegrad metadata is not")
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise _Corrupt(f"its tapegrad metadata does not parse ({_short(e)})") from None
+    if not (
+        isinstance(header, dict)
+        and isinstance(header.get("version"), int)
+        and isinstance(header.get("crc32"), dict)
+        and "tree" in header
+    ):
+        raise _Corrupt("its tapegrad metadata lacks 'version', 'crc32' or 'tree'")
+    return header
+
+
+def _check_file_crc(p: str, stored: Any, header: dict[str, Any], arrays: dict[str, Any]) -> None:
+    """The whole file against the CRC32 in its header (see ``_layout``)."""
+    with open(p, "rb") as f:
+        prefix = f.read(8)
+        head = f.read(struct.unpack("<Q", prefix)[0])  # safetensors has checked the length
+        at = head.find(_CRC_AT)
+        if at < 0 or head.find(_CRC_AT, at + 1) >= 0:
+            raise _Corrupt("its checksum entry cannot be found in the header")
+        at += len(_CRC_AT)
+        written = head[at : at + 8]
+        crc = zlib.crc32(prefix)
+        crc = zlib.crc32(head[:at] + _CRC_BLANK.encode() + head[at + 8 :], crc)
+        while chunk := f.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+    if written.decode("latin-1") == stored == f"{crc:08x}":
+        return
+    try:  # name the tensor when its data is what changed
+        _check_tensor_crcs(header["crc32"], arrays)
+    except _Corrupt:
+        raise
+    except Exception:  # noqa: BLE001, S110 - the header itself is what changed
+        pass
+    raise _Corrupt(
+        f"the file fails its checksum (crc32 {crc:#010x}, header says {stored!r}): it changed "
+        "after it was written (a damaged disk or copy?); use another copy"
+    )
+
+
+def _check_tensor_crcs(crcs: dict[str, Any], arrays: dict[str, Any]) -> None:
     for k, a in arrays.items():
         want = crcs.get(k)
+        if want is not None and not isinstance(want, int):
+            raise _Corrupt(f"the checksum of tensor '{k}' is a {type(want).__name__}")
         got = zlib.crc32(a.reshape(-1).view(np.uint8)) if a.size else 0
         if want is not None and want != got:
-            raise ValueError(
-                f"tg.load: '{p}' is corrupt: the data of tensor '{k}' fails its checksum "
-                f"(crc32 {got:#010x}, expected {want:#010x})"
+            raise _Corrupt(
+                f"the data of tensor '{k}' fails its checksum (crc32 {got:#010x}, expected "
+                f"{want:#010x})"
             )
-    return _decode(tree, arrays, p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,7 +519,21 @@ def load_checkpoint(
             continue
         if ck.get(key) is None:
             raise KeyError(f"load_checkpoint: '{os.fspath(path)}' holds no '{key}' state")
-        obj.load_state_dict(ck[key])
+        _restore(path, key, lambda: obj.load_state_dict(ck[key]))
     if restore_rng and ck.get("rng") is not None:
-        set_rng_state(ck["rng"])
+        _restore(path, "rng", lambda: set_rng_state(ck["rng"]))
     return ck
+
+
+def _restore(path: Any, key: str, fn: Any) -> None:
+    """Run one ``load_state_dict``; state of the wrong shape or type is a corrupt checkpoint."""
+    try:
+        fn()
+    except (ValueError, RuntimeError) as e:  # already says what does not fit: add the file
+        cls = ValueError if isinstance(e, ValueError) else RuntimeError
+        raise cls(f"load_checkpoint: '{os.fspath(path)}', entry '{key}': {e}") from None
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as e:
+        raise ValueError(
+            f"load_checkpoint: '{os.fspath(path)}' is corrupt: its '{key}' entry does not fit "
+            f"({type(e).__name__}: {_short(e)})"
+        ) from None

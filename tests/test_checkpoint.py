@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import tapegrad as tg
-import tapegrad.nn.functional as F
 from tapegrad import nn
 
 

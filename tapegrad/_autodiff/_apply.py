@@ -49,21 +49,6 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
             else:
                 taped = False
             data = prim.fwd(x, **params)
-        elif n == 3:  # linear, conv2d, where: input, weight, bias
-            x, y, z = inputs
-            taped = False
-            if isinstance(x, Tensor):
-                taped = bool(x._tapes)
-                x = x._data
-            if isinstance(y, Tensor):
-                if y._tapes:
-                    taped = True
-                y = y._data
-            if isinstance(z, Tensor):
-                if z._tapes:
-                    taped = True
-                z = z._data
-            data = prim.fwd(x, y, z, **params)
         else:
             taped = False
             arrays = []

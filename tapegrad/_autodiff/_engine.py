@@ -1,11 +1,8 @@
 """The backward pass: one reverse walk over a tape's record, on arrays or on Tensors.
 
-The record is in execution order, a topological order, so backward is one reverse walk (no
-recursion) that frees each record as it passes it (non-persistent tapes). Per node it calls the
-primitive's VJPs with ``xp`` (see ``_namespace``), then undoes broadcasting, casts to the input's
-dtype and accumulates: once, here, for every primitive. On arrays (nothing records the pass)
-each of those calls goes through ``call``, which ``tg.compile`` swaps for one that also captures
-it (``STATE.capture``): that is the engine's hook for replay.
+Per node: the VJPs with ``xp``, then unbroadcast, cast and accumulate, once, for every
+primitive. Each of those calls goes through ``call``, which records it too while tg.compile
+captures (docs/design.md, "Backward on arrays" and "Tape replay").
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The ``xp`` a VJP is written against: numpy on arrays, or tapegrad's ops on Tensors.
 
-A VJP uses operators and ``xp``'s functions under their numpy / Array API names (``xp.sum``,
-``xp.where``, ``xp.reshape``, ``xp.matmul``, ...), plus four engine helpers that both
-namespaces give:
-
-- ``xp.apply(prim, *args, **params)``: another primitive (its forward on arrays; recorded on
-  Tensors), for VJPs that are themselves primitives (conv's input gradient, col2im, ...);
-- ``xp.data(x)``: the array behind an operand, for a constant computed from the values (a mask);
-- ``xp.const(a)``: such an array as an operand (a Tensor on no tape, or the array itself);
-- ``xp.is_operand(x)``: whether ``x`` is an operand (a Tensor, or an array) rather than a
-  Python number.
-
-The tensor namespace is installed by the ops package (``set_tensor_namespace``), so the engine
-imports nothing above it.
+numpy's names, plus ``apply``, ``data``, ``const`` and ``is_operand`` (docs/design.md,
+"Primitives"). The ops package installs the Tensor namespace.
 """
 
 from __future__ import annotations

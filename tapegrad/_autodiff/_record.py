@@ -7,11 +7,6 @@ tape that watches parameters). Whether an input is on a given tape is decided at
 it is a leaf of that tape or the output of one of its nodes. Only what the primitive's ``save``
 lists is held (ANS, ARGS), so a node keeps no more memory than its VJP declares. VERSIONS is the
 sum of the saved inputs' version counters when the op ran (None when nothing is saved).
-
-A saved tensor that is on a tape (an op's output, a watched tensor) is kept as a ``Saved``: its
-array strongly, the tensor itself weakly. The tensor names its tapes, and a tape holds its
-records, so keeping the tensor would close a reference cycle: a tape never used would then
-wait for the garbage collector. With ``Saved``, reference counting alone frees it.
 """
 
 from __future__ import annotations
@@ -60,7 +55,9 @@ class Node(tuple):
 
 
 class Saved:
-    """A tensor a record keeps for backward: its array, tid and version, and the tensor weakly."""
+    """A tensor a record keeps for backward: its array, tid and version, and the tensor weakly
+    (the tensor names its tapes: a strong reference would close a cycle, and an unused tape
+    would wait for the garbage collector)."""
 
     __slots__ = ("array", "ref", "tid", "version")
 

@@ -1,13 +1,7 @@
-"""The trace state: open tapes, the grad switch, the module scope and tg.compile's capture.
+"""The trace state, per thread: open tapes, the grad switch, the module scope, the hooks.
 
-The state is per thread (as PyTorch's grad mode is): two threads each training their own model
-never record on each other's tapes, and ``tg.no_grad()`` in one thread leaves the others
-alone. A tape belongs to the thread that opened it and records only ops run in that thread;
-other threads may read the tensors on it (their ops on them are simply not recorded there).
-One ``TraceState`` per thread holds it; this module owns it, and the rest of the library
-changes it only through the functions below. The engine's hot paths read ``STATE``'s fields
-directly, and first ``ACTIVE.n``, a process-wide count of open ``with`` tapes and captures, so
-that untraced code pays one plain attribute read, not a thread-local lookup.
+Only this module's functions change it. Hot paths read ``ACTIVE.n`` (open ``with`` tapes,
+captures and hooks, all threads) before any thread-local field (docs/design.md, "Tape rules").
 """
 
 from __future__ import annotations
@@ -100,6 +94,11 @@ def pop_scope() -> None:
     STATE.scope.pop()
 
 
+def current_scope() -> str | None:
+    """The path of the innermost module running now, or None."""
+    return STATE.scope[-1] if STATE.scope else None
+
+
 # -- tg.compile's capture ----------------------------------------------------------------------
 def start_capture(records: list[Any]) -> None:
     """Append every primitive call to ``records`` until ``stop_capture`` (no nesting)."""
@@ -118,6 +117,18 @@ def stop_capture() -> None:
     if STATE.capture is not None:
         STATE.capture = None
         ACTIVE.add(-1)
+
+
+_ANOMALY: list[Any] = []  # tg.detect_anomaly, installed by tapegrad._anomaly (it sits above)
+
+
+def set_anomaly_mode(factory: Any) -> None:
+    """Install the context manager that ``Tape(detect_anomaly=True)`` opens."""
+    _ANOMALY[:] = [factory]
+
+
+def anomaly_mode() -> Any:
+    return _ANOMALY[0]()
 
 
 # -- checks after each op (tg.detect_anomaly) -------------------------------------------------

@@ -14,7 +14,7 @@ from ._gradients import Gradients, TapeFacts
 from ._primitive import defprim
 from ._record import INPUTS, OUT_DTYPE, OUT_SHAPE, OUT_TID, Node, saved_bytes
 from ._request import check_sources, result, source_list, target_seeds
-from ._state import close, is_recording, open_with, set_recording
+from ._state import anomaly_mode, close, is_recording, open_with, set_recording
 
 _RELEASED_MSG = (
     "Tape.gradient: this tape was released: a non-persistent tape frees what it saved as its "
@@ -36,7 +36,8 @@ class Tape:
 
     A non-persistent tape (the default) answers one ``gradient`` call, freeing each saved array
     as soon as backward has used it; ``Tape(persistent=True)`` answers any number of calls until
-    ``release()``.
+    ``release()``. ``Tape(detect_anomaly=True)`` runs its block and its ``gradient`` calls under
+    ``tg.detect_anomaly()`` (the first NaN or inf raises, naming the op and the source line).
 
     >>> import tapegrad as tg
     >>> x = tg.tensor([1.0, 2.0, 3.0])
@@ -47,11 +48,15 @@ class Tape:
     [2.0, 4.0, 6.0]
     """
 
-    def __init__(self, persistent: bool = False, watch_parameters: bool = True) -> None:
+    def __init__(
+        self, persistent: bool = False, watch_parameters: bool = True, detect_anomaly: bool = False
+    ) -> None:
         self.persistent = persistent
         self.watch_parameters = watch_parameters
+        # tg.detect_anomaly around the `with` block and around gradient()
+        self.detect_anomaly = detect_anomaly
+        self._anomaly: Any = None
         self._nodes: list[tuple[Any, ...] | None] = []  # records, see Node
-        # watched tensors; parameters that met the tape are found in the records (_scan)
         # watched tensors (their _tapes name this tape); parameters that met the tape are found
         # in the records. Held strongly while the tape records (a traced leaf may have no other
         # holder), weakly once it stops: a watched tensor names the tape, so a strong reference
@@ -75,11 +80,17 @@ class Tape:
         self._used_with = True
         open_with(self)
         self._hold_leaves()
+        if self.detect_anomaly:
+            self._anomaly = anomaly_mode()
+            self._anomaly.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         close(self)
         self._hold_leaves()
+        if self._anomaly is not None:
+            mode, self._anomaly = self._anomaly, None
+            mode.__exit__(*exc)
 
     def stop(self) -> None:
         """Stop recording (a traced tape records until gradient, release or stop)."""
@@ -180,6 +191,14 @@ class Tape:
         """
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
+        if self.detect_anomaly and self._anomaly is None:
+            with anomaly_mode():
+                return self._gradient(target, sources, output_gradients, into, on_ready)
+        return self._gradient(target, sources, output_gradients, into, on_ready)
+
+    def _gradient(
+        self, target: Any, sources: Any, output_gradients: Any, into: Any, on_ready: Any
+    ) -> Any:
         seeds = target_seeds(self, target, output_gradients)
         src_list, module_req = source_list(sources, into)
         # Leaves are collected before the walk: a non-persistent backward clears the tape.

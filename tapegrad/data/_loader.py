@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import _backend as B
@@ -79,7 +81,11 @@ class DataLoader:
     ``tg.manual_seed`` and a checkpoint's RNG state fix it). ``drop_last`` drops a final
     short batch. For a ``TensorDataset`` (or a Subset of one) each batch is one gather per
     tensor; other datasets are read sample by sample and stacked by ``collate_fn``
-    (``default_collate``). ``progress=True`` shows a tqdm bar.
+    (``default_collate``). ``progress=True`` shows a tqdm bar. ``num_workers`` threads build
+    up to ``num_workers * prefetch_factor`` batches ahead (a dataset whose reads wait on I/O or
+    release the GIL); batches come out in the same order and with the same contents as with
+    none. The shuffle is drawn before the workers start; a dataset that draws random numbers
+    itself should use a ``tg.Generator`` of its own (the workers read it from several threads).
 
     ``state_dict()`` records the epoch, the position in it and the permutation's random
     state, so a loader restored with ``load_state_dict`` continues mid-epoch with the same
@@ -102,6 +108,8 @@ class DataLoader:
         generator: Generator | None = None,
         seed: int | None = None,
         progress: bool = False,
+        num_workers: int = 0,
+        prefetch_factor: int = 2,
     ) -> None:
         if (
             not isinstance(batch_size, (int, np.integer))
@@ -109,6 +117,11 @@ class DataLoader:
             or batch_size <= 0
         ):
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(num_workers, int) or num_workers < 0 or prefetch_factor < 1:
+            raise ValueError(
+                f"DataLoader: num_workers must be an int >= 0 and prefetch_factor >= 1, got "
+                f"{num_workers!r} and {prefetch_factor!r}"
+            )
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass generator= or seed=, not both")
         self.dataset = dataset
@@ -118,6 +131,8 @@ class DataLoader:
         self.collate_fn = collate_fn
         self.generator = Generator(seed) if seed is not None else generator
         self.progress = progress
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
         self.epoch = 0  # epochs started so far
         self._pos = 0  # batches handed out in the current epoch
         self._epoch_rng: Any = None  # generator state the current epoch's permutation came from
@@ -170,25 +185,40 @@ class DataLoader:
 
     def _batches(self) -> Iterator[Any]:
         order, skip = self._order()
-        n = len(self.dataset)
-        nb = len(self)
         fast = _tensor_view(self.dataset) if self.collate_fn is None else None
-        for b in range(skip, nb):
-            lo = b * self.batch_size
-            hi = min(lo + self.batch_size, n)
-            idx = order[lo:hi] if order is not None else np.arange(lo, hi)
-            if fast is not None:
-                ds, index = fast
-                if order is None and index is None:
-                    rows: Any = slice(lo, hi)  # a view: no copy for unshuffled reads
-                else:
-                    rows = idx if index is None else index[idx]
-                batch: Any = tuple(_wrap(a[rows]) for a in ds.arrays)  # one gather per tensor
+        nb = len(self)
+        if self.num_workers == 0:
+            for b in range(skip, nb):
+                batch = self._batch(b, order, fast)
+                self._pos = b + 1
+                yield batch
+            return
+        with ThreadPoolExecutor(self.num_workers, thread_name_prefix="DataLoader") as pool:
+            ahead: collections.deque[Any] = collections.deque()
+            nxt = skip
+            for b in range(skip, nb):
+                while nxt < nb and len(ahead) < self.num_workers * self.prefetch_factor:
+                    ahead.append(pool.submit(self._batch, nxt, order, fast))
+                    nxt += 1
+                batch = ahead.popleft().result()
+                self._pos = b + 1
+                yield batch
+
+    def _batch(self, b: int, order: Any, fast: Any) -> Any:
+        """Batch ``b`` of the epoch whose sample order is ``order`` (None: in order)."""
+        n = len(self.dataset)
+        lo = b * self.batch_size
+        hi = min(lo + self.batch_size, n)
+        idx = order[lo:hi] if order is not None else np.arange(lo, hi)
+        if fast is not None:
+            ds, index = fast
+            if order is None and index is None:
+                rows: Any = slice(lo, hi)  # a view: no copy for unshuffled reads
             else:
-                collate = self.collate_fn or default_collate
-                batch = collate([self.dataset[int(i)] for i in idx])
-            self._pos = b + 1
-            yield batch
+                rows = idx if index is None else index[idx]
+            return tuple(_wrap(a[rows]) for a in ds.arrays)  # one gather per tensor
+        collate = self.collate_fn or default_collate
+        return collate([self.dataset[int(i)] for i in idx])
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "position", "rng"}``: where the loader is, to resume mid-epoch."""

@@ -1,6 +1,5 @@
 """Helpers shared by the functional modules: argument checks, reductions, row gathers."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -25,6 +24,60 @@ def ntuple(value: Any, n: int, name: str, op: str) -> tuple[int, ...]:
     if len(t) != n or not all(isinstance(v, (int, np.integer)) for v in t):
         raise ValueError(f"{op}: {name} must be an int or {n} ints, got {value!r}")
     return tuple(int(v) for v in t)
+
+
+def check_positive(op: str, **sizes: Any) -> None:
+    """A clear error when a window size (kernel_size, stride, dilation) is 0 or negative.
+
+    >>> check_positive("Conv2d", kernel_size=(3, 0))
+    Traceback (most recent call last):
+    ...
+    ValueError: Conv2d: kernel_size must be >= 1 in every dimension, got (3, 0); ...
+    """
+    for name, v in sizes.items():
+        vals = v if isinstance(v, (tuple, list)) else (v,)
+        if any(isinstance(x, (int, np.integer)) and x < 1 for x in vals):
+            raise ValueError(
+                f"{op}: {name} must be >= 1 in every dimension, got {v!r}; a window covers at "
+                f"least one element and moves by at least one (e.g. {name}=1)"
+            )
+
+
+def check_eps(eps: Any, op: str) -> None:
+    """``eps`` keeps ``1 / sqrt(var + eps)`` finite: it must be a positive number."""
+    if not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
+        raise ValueError(
+            f"{op}: eps must be a positive number, got {eps!r}; with eps <= 0 a constant "
+            "channel (variance 0) divides by zero or takes the root of a negative number. "
+            "Use the default 1e-5"
+        )
+
+
+def check_pair(x: Tensor, t: Tensor, op: str) -> None:
+    """A clear error when a loss's input and target shapes cannot be matched element by element.
+
+    Shapes that broadcast are left to the loss (it warns, as PyTorch does).
+
+    >>> import tapegrad as tg
+    >>> check_pair(tg.zeros((4, 3)), tg.zeros((3, 4)), "mse_loss")
+    Traceback (most recent call last):
+    ...
+    ValueError: mse_loss: input (4, 3) and target (3, 4) do not match and do not broadcast; ...
+    """
+    if x.shape == t.shape:
+        return
+    try:
+        np.broadcast_shapes(x.shape, t.shape)
+    except ValueError:
+        hint = (
+            f"the target looks transposed: target.T or target.reshape{x.shape}"
+            if t.shape == x.shape[::-1]
+            else f"give the target the input's shape {x.shape} (reshape, or pick the right column)"
+        )
+        raise ValueError(
+            f"{op}: input {x.shape} and target {t.shape} do not match and do not broadcast; "
+            f"a loss compares them element by element, so {hint}"
+        ) from None
 
 
 def float_input(x: Any, op: str, name: str = "input") -> Tensor:

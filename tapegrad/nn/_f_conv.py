@@ -17,7 +17,7 @@ from .._backend import np, xp_of
 from .._tensor import Tensor
 from ..ops import _linalg as L
 from ..ops import _shape as S
-from ._f_common import float_input, ntuple, same_float
+from ._f_common import check_positive, float_input, ntuple, same_float
 
 
 class Geom(NamedTuple):
@@ -291,6 +291,7 @@ def conv2d(
     k = (kh, kw)
     s = ntuple(stride, 2, "stride", "conv2d")
     d = ntuple(dilation, 2, "dilation", "conv2d")
+    check_positive("conv2d", kernel_size=k, stride=s, dilation=d)
     if min(s) < 1 or min(d) < 1:
         raise ValueError(f"conv2d: stride {s} and dilation {d} must be positive")
     pad = _padding(padding, k, s, d, "conv2d")
@@ -336,6 +337,7 @@ def conv1d(
     _check_conv(x, w, groups, "conv1d", 1)
     s = ntuple(stride, 1, "stride", "conv1d")
     d = ntuple(dilation, 1, "dilation", "conv1d")
+    check_positive("conv1d", kernel_size=tuple(w.shape[2:]), stride=s, dilation=d)
     if isinstance(padding, str):
         pad2: Any = padding
     else:

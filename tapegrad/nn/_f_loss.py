@@ -20,6 +20,7 @@ from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops import _softmax as SM
 from ._f_common import (
+    check_pair,
     check_reduction,
     float_input,
     legacy_reduction,
@@ -302,6 +303,7 @@ def _pair(input: Any, target: Any, op: str) -> tuple[Tensor, Tensor]:
     x = float_input(input, op)
     t = float_input(target, op, "target")
     x, t = same_float(x, t)
+    check_pair(x, t, op)
     if x.shape != t.shape:
         warnings.warn(
             f"{op}: target size {t.shape} differs from input size {x.shape}; they will "
@@ -343,6 +345,13 @@ def binary_cross_entropy(
             "binary_cross_entropy: input values must be probabilities in [0, 1], got min "
             f"{float(a.min())} max {float(a.max())}; for logits use "
             "binary_cross_entropy_with_logits"
+        )
+    b = t._data
+    if b.size and bool(((b < 0) | (b > 1)).any()):  # NaN passes through, as in PyTorch
+        raise ValueError(
+            "binary_cross_entropy: target values must be in [0, 1], got min "
+            f"{float(b.min())} max {float(b.max())}; rescale the targets (e.g. labels in "
+            "{-1, 1}: (t + 1) / 2)"
         )
     loss = -(t * _clamped_log(x) + (1.0 - t) * _clamped_log(1.0 - x))
     return reduce_loss(

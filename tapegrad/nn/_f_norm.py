@@ -19,7 +19,7 @@ from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
-from ._f_common import float_input
+from ._f_common import check_eps, float_input
 
 
 def _norm_shape(normalized_shape: Any) -> tuple[int, ...]:
@@ -187,6 +187,7 @@ def batch_norm(
     ([0.2, 0.4], [1.1, 1.7])
     """
     x = float_input(input, "batch_norm")
+    check_eps(eps, "batch_norm")
     if x.ndim < 2:
         raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {x.shape}")
     c = x.shape[1]

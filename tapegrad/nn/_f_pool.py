@@ -21,7 +21,7 @@ from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
 from ..ops import _shape as S
-from ._f_common import float_input, ntuple
+from ._f_common import check_positive, float_input, ntuple
 from ._f_conv import Geom, pad_array
 
 
@@ -356,6 +356,7 @@ def max_pool1d(
     one = ntuple
     k = one(kernel_size, 1, "kernel_size", "max_pool1d")[0]
     s = k if stride is None else one(stride, 1, "stride", "max_pool1d")[0]
+    check_positive("max_pool1d", kernel_size=k, stride=s)
     res = max_pool2d(
         S.expand_dims(float_input(input, "max_pool1d"), -2),
         (1, k),
@@ -429,6 +430,7 @@ def avg_pool1d(
     one = ntuple
     k = one(kernel_size, 1, "kernel_size", "avg_pool1d")[0]
     s = k if stride is None else one(stride, 1, "stride", "avg_pool1d")[0]
+    check_positive("avg_pool1d", kernel_size=k, stride=s)
     out = avg_pool2d(
         S.expand_dims(float_input(input, "avg_pool1d"), -2),
         (1, k),

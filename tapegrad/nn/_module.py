@@ -343,8 +343,7 @@ class Module:
         for k, t in own.items():
             if k not in state_dict:
                 continue
-            v = state_dict[k]
-            a = v._data if isinstance(v, Tensor) else (v if B.is_array(v) else np.asarray(v))
+            a = _numeric(type(self).__name__, k, state_dict[k])
             if tuple(a.shape) != t.shape:
                 bad.append(f"'{k}': {tuple(a.shape)} in the state dict, {t.shape} in the model")
             arrays[k] = a
@@ -618,6 +617,26 @@ def _fresh_copy(t: Tensor) -> Tensor:
 def _indent(s: str, n: int) -> str:
     first, *rest = s.split("\n")
     return "\n".join([first] + [(" " * n + line) if line.strip() else "" for line in rest])
+
+
+def _numeric(owner: str, key: str, v: Any) -> Any:
+    """A state-dict value as an array of numbers, or a TypeError naming the key."""
+    if isinstance(v, Tensor):
+        return v._data
+    if B.is_array(v):
+        a = v
+    else:
+        try:
+            a = np.asarray(v)
+        except (ValueError, TypeError):  # ragged lists
+            a = None
+    if a is None or a.dtype.kind not in "biuf":
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+        raise TypeError(
+            f"load_state_dict: {owner}: '{key}' is a {type(v).__name__} ({shown}), not an array "
+            "of numbers; pass tensors, numpy arrays or (nested) lists of numbers"
+        )
+    return a
 
 
 def _keys_message(owner: str, missing: list[str], unexpected: list[str]) -> str:

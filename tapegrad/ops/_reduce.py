@@ -332,6 +332,8 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
 
 
 def _max_shift_fwd(x: Any, axis: Any) -> Any:
+    if x.size == 0:  # no maximum of nothing: no shift (softmax of an empty axis is empty)
+        return xp_of(x).zeros_like(x.sum(axis=axis, keepdims=True))
     m = np.amax(x, axis=axis, keepdims=True)
     return np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)
 

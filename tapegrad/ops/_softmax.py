@@ -24,6 +24,8 @@ def _softmax_fwd(x: Any, axis: int) -> Any:
 
 
 def _log_softmax_fwd(x: Any, axis: int) -> Any:
+    if x.size == 0:  # an empty result (without numpy's warning for the log of an empty sum)
+        return x.copy()
     z = x - _max_shift_fwd(x, axis)
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 

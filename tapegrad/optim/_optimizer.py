@@ -226,67 +226,119 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from ``state_dict()`` (keys may be strings, as after a JSON round trip).
 
-        A PyTorch optimizer's state dict converted to numpy loads too (its step counts and
-        extra group keys are accepted).
+        A PyTorch optimizer's state dict converted to numpy loads too (its step counts and its
+        flags ``foreach``, ``fused``, ``capturable``, ``differentiable`` and a false
+        ``maximize`` are accepted and dropped). Anything else that this optimizer does not own
+        (another optimizer's hyperparameters or state, values of the wrong type) raises
+        ``ValueError`` before anything changes.
         """
         name = type(self).__name__
-        groups = state_dict.get("param_groups")
-        if not isinstance(groups, list) or "state" not in state_dict:
+        if not isinstance(state_dict, dict):
             raise ValueError(
-                f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'"
+                f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups', got "
+                f"a {type(state_dict).__name__}"
             )
+        groups = state_dict.get("param_groups")
+        states = state_dict.get("state")
+        if not isinstance(groups, list) or not isinstance(states, dict):
+            raise ValueError(
+                f"{name}.load_state_dict: expected a dict with 'state' (a dict) and "
+                "'param_groups' (a list)"
+            )
+        extra = sorted(set(state_dict) - {"state", "param_groups"})
+        if extra:
+            raise ValueError(f"{name}.load_state_dict: unexpected top-level keys {extra}")
         if len(groups) != len(self.param_groups):
             raise ValueError(
                 f"{name}.load_state_dict: the state dict has {len(groups)} parameter groups, "
                 f"this optimizer has {len(self.param_groups)}"
             )
-        by_index: dict[int, Tensor] = {}
+        by_index: dict[int, tuple[Tensor, dict[str, Any]]] = {}
         new_groups = []
         for gi, (saved, own) in enumerate(zip(groups, self.param_groups, strict=True)):
-            if len(saved["params"]) != len(own["params"]):
-                raise ValueError(
-                    f"{name}.load_state_dict: group {gi} has {len(saved['params'])} parameters "
-                    f"in the state dict but {len(own['params'])} here"
-                )
+            g = self._load_group(gi, saved, own)
             for i, p in zip(saved["params"], own["params"], strict=True):
-                by_index[int(i)] = p
-            # keys the saved group lacks (an older or PyTorch state dict) keep their values here
-            g = {**own, **saved}
-            for k, v in g.items():  # tuples (betas) come back from JSON as lists
-                if isinstance(self.defaults.get(k), tuple) and isinstance(v, list):
-                    g[k] = tuple(v)
-            g["params"] = own["params"]
-            self.check_group(g)
+                by_index[int(i)] = (p, g)  # checked by _load_group
             new_groups.append(g)
         new_state: dict[Tensor, dict[str, Any]] = {}
-        for k, st in state_dict["state"].items():
-            p = by_index.get(int(k))
-            if p is None:
+        for k, st in states.items():
+            i = _index(k)
+            if i is None or i not in by_index:
                 raise ValueError(
-                    f"{name}.load_state_dict: state for parameter index {k} matches no parameter"
+                    f"{name}.load_state_dict: state for parameter index {k!r} matches no parameter"
                 )
-            new_state[p] = self._load_single(p, st)
+            p, g = by_index[i]
+            new_state[p] = self._load_single(p, st, g)
         self.param_groups = new_groups
         self.state = new_state
 
-    def _load_single(self, p: Tensor, st: dict[str, Any]) -> dict[str, Any]:
+    def _load_group(self, gi: int, saved: Any, own: dict[str, Any]) -> dict[str, Any]:
+        """One saved parameter group checked against what this optimizer takes."""
+        name = type(self).__name__
+        where = f"{name}.load_state_dict: group {gi}"
+        if not isinstance(saved, dict) or not isinstance(saved.get("params"), list):
+            raise ValueError(f"{where} is not a dict with a 'params' list of indices")
+        if not all(_index(i) is not None for i in saved["params"]):
+            raise ValueError(f"{where}: 'params' must be parameter indices (ints)")
+        if len(saved["params"]) != len(own["params"]):
+            raise ValueError(
+                f"{where} has {len(saved['params'])} parameters in the state dict but "
+                f"{len(own['params'])} here"
+            )
+        g = dict(own)  # keys the saved group lacks (older or PyTorch state) keep their values
+        for k, v in saved.items():
+            if k == "params":
+                continue
+            if k in _TORCH_FLAGS:
+                if v not in (None, False, True) or (k == "maximize" and v):
+                    raise ValueError(
+                        f"{where}: {k}={v!r} is not supported; tapegrad's {name} runs with {k} off"
+                    )
+                continue
+            if k not in self.defaults and k != "initial_lr":
+                raise ValueError(
+                    f"{where} has hyperparameter {k!r}, which {name} does not take ({name} "
+                    f"takes {sorted(self.defaults)}): is this another optimizer's state dict?"
+                )
+            g[k] = _typed(where, k, v, self.defaults.get(k, 0.0))
+        g["params"] = own["params"]
+        self.check_group(g)
+        return g
+
+    def _load_single(self, p: Tensor, st: Any, group: dict[str, Any]) -> dict[str, Any]:
+        where = f"{type(self).__name__}.load_state_dict: state of {_pname(p)}"
+        if not isinstance(st, dict):
+            raise ValueError(f"{where} is a {type(st).__name__}, not a dict")
         out: dict[str, Any] = {}
         for k, val in st.items():
             v = val._data if isinstance(val, Tensor) else val
             if v is None:  # PyTorch's SGD keeps momentum_buffer=None without momentum
                 continue
             if k in self.array_state:
-                a = B.to_device(B.to_device(v, "cpu") if B.is_array(v) else np.asarray(v), p.device)
+                a = B.to_device(v, "cpu") if B.is_array(v) else _asarray(v)
+                if a is None or a.dtype.kind not in "biuf":
+                    raise ValueError(f"{where}: '{k}' is a {type(val).__name__}, not an array")
                 if tuple(a.shape) != p.shape:
                     raise ValueError(
                         f"{type(self).__name__}.load_state_dict: state '{k}' of {_pname(p)} has "
                         f"shape {tuple(a.shape)}, the parameter has shape {p.shape}"
                     )
-                out[k] = a.astype(p.dtype, copy=True)
+                out[k] = B.to_device(a, p.device).astype(p.dtype, copy=True)
             elif k == "step":
-                out[k] = int(np.asarray(v).item() if not isinstance(v, (int, float)) else v)
+                a = _asarray(v)
+                if a is None or a.shape != () or a.dtype.kind not in "iuf" or not 0 <= a < 2**62:
+                    raise ValueError(f"{where}: 'step' must be a count >= 0, got {val!r}")
+                out[k] = int(a.item())
             else:
-                out[k] = v
+                raise ValueError(
+                    f"{where} has entry {k!r}, which {type(self).__name__} does not keep (it "
+                    f"keeps 'step' and {list(self.array_state)}): is this another optimizer's "
+                    "state dict?"
+                )
+        if out:
+            need = set(self.init_single(p._data, group)) - set(out)
+            if need:
+                raise ValueError(f"{where} lacks {sorted(need)}")
         return out
 
     def __repr__(self) -> str:
@@ -297,6 +349,44 @@ class Optimizer:
                 if k != "params":
                     lines.append(f"    {k}: {group[k]}")
         return "\n".join(lines) + "\n)"
+
+
+# PyTorch's implementation switches, accepted in its state dicts and dropped
+_TORCH_FLAGS = frozenset({"foreach", "fused", "capturable", "differentiable", "maximize"})
+
+
+def _index(k: Any) -> int | None:
+    """A parameter index from a state dict (an int, or a string of digits after JSON)."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        return int(k)
+    if isinstance(k, str) and k.isdigit():
+        return int(k)
+    return None
+
+
+def _asarray(v: Any) -> Any:
+    try:
+        return np.asarray(v)
+    except (ValueError, TypeError):
+        return None
+
+
+def _typed(where: str, key: str, v: Any, default: Any) -> Any:
+    """A saved hyperparameter, of its default's type (bool, number, tuple of numbers)."""
+    if isinstance(default, bool):
+        ok = isinstance(v, (bool, np.bool_))
+        v = bool(v) if ok else v
+    elif isinstance(default, tuple):
+        ok = isinstance(v, (list, tuple)) and len(v) == len(default) and all(map(_is_number, v))
+        v = tuple(v) if ok else v
+    else:
+        ok = _is_number(v)
+    if not ok:
+        raise ValueError(
+            f"{where}: {key}={v!r} has the wrong type; {key} is a "
+            f"{type(default).__name__} like {default!r}"
+        )
+    return v
 
 
 def _why_missing(grads: Any, p: Tensor) -> str:

@@ -96,14 +96,64 @@ class LRScheduler:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore from ``state_dict()``."""
-        unknown = [k for k in state_dict if k not in self.__dict__]
+        """Restore from ``state_dict()``: only the keys it returns, each of its type.
+
+        An unknown key (the optimizer, another scheduler's settings) raises ``KeyError``, a
+        value of the wrong type (a string where a number was, per-group lists of the wrong
+        length) ``ValueError``, before anything changes.
+
+        >>> import tapegrad as tg
+        >>> opt = tg.optim.SGD([tg.Parameter(tg.zeros(1))], lr=1.0)
+        >>> sched = tg.optim.StepLR(opt, step_size=2)
+        >>> sched.load_state_dict({"optimizer": None})
+        Traceback (most recent call last):
+        ...
+        KeyError: "StepLR.load_state_dict: unknown keys ['optimizer']; StepLR's state has ...
+        """
+        name = type(self).__name__
+        if not isinstance(state_dict, dict):
+            raise ValueError(
+                f"{name}.load_state_dict: expected a dict, got {type(state_dict).__name__}"
+            )
+        own = self.state_dict()
+        unknown = [k for k in state_dict if k not in own]
         if unknown:
             raise KeyError(
-                f"{type(self).__name__}.load_state_dict: unknown keys {unknown}; was the state "
-                "saved from another kind of scheduler?"
+                f"{name}.load_state_dict: unknown keys {unknown}; {name}'s state has "
+                f"{sorted(own)} (was the state saved from another kind of scheduler?)"
             )
-        self.__dict__.update(state_dict)
+        n = len(self.optimizer.param_groups)
+        new = {}
+        for k, v in state_dict.items():
+            cur = self.__dict__[k]
+            ok = _same_kind(cur, v)
+            if ok and k in ("base_lrs", "_last_lr") and len(v) != n:
+                ok = False
+            if not ok:
+                shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
+                raise ValueError(
+                    f"{name}.load_state_dict: '{k}' is {shown}, expected a value like {cur!r}"
+                )
+            new[k] = type(cur)(v) if isinstance(cur, (list, tuple)) else v
+        self.__dict__.update(new)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _same_kind(cur: Any, v: Any) -> bool:
+    """Whether a loaded value ``v`` may replace ``cur`` (numbers, bools, strings, None, lists
+    of numbers; an int stays an int)."""
+    if isinstance(cur, bool) or cur is None or isinstance(cur, str):
+        return type(v) is type(cur)
+    if isinstance(cur, int):
+        return isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(cur, float):
+        return _number(v)
+    if isinstance(cur, (list, tuple)):
+        return isinstance(v, (list, tuple)) and all(_number(x) for x in v)
+    return False
 
 
 class StepLR(LRScheduler):

@@ -10,6 +10,7 @@ from ..._tensor import Parameter, Tensor
 from ...ops import pad
 from .. import functional as F
 from .. import init
+from .._f_common import check_positive
 from .._module import Module
 from ._utils import new_param, ntuple
 
@@ -77,6 +78,9 @@ class _ConvNd(Module):
         else:
             self.padding = ntuple(padding, nd, "padding", name)
         self.dilation = ntuple(dilation, nd, "dilation", name)
+        check_positive(
+            name, kernel_size=self.kernel_size, stride=self.stride, dilation=self.dilation
+        )
         self.output_padding = ntuple(output_padding, nd, "output_padding", name)
         self.groups = groups
         self.padding_mode = padding_mode

@@ -9,6 +9,7 @@ from ..._creation import ones, zeros
 from ..._tensor import Parameter, Tensor
 from .. import functional as F
 from .. import init
+from .._f_common import check_eps
 from .._module import Module
 from ._utils import new_param
 
@@ -43,6 +44,7 @@ class _BatchNorm(Module):
         super().__init__()
         kw = {"dtype": dtype, "device": device}
         self.num_features = num_features
+        check_eps(eps, type(self).__name__)
         self.eps = eps
         self.momentum = momentum
         self.affine = affine

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..._tensor import Tensor
 from .. import functional as F
+from .._f_common import check_positive
 from .._module import Module
 
 
@@ -29,6 +30,9 @@ class _MaxPoolNd(Module):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size
+        check_positive(
+            type(self).__name__, kernel_size=kernel_size, stride=self.stride, dilation=dilation
+        )
         self.padding = padding
         self.dilation = dilation
         self.return_indices = return_indices
@@ -85,6 +89,7 @@ class _AvgPoolNd(Module):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size
+        check_positive(type(self).__name__, kernel_size=kernel_size, stride=self.stride)
         self.padding = padding
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad
