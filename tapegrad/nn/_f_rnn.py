@@ -95,11 +95,10 @@ def recurrent_layer(  # noqa: PLR0917
     w_ih, w_hh, b_ih, b_hh = weights
     steps = x.shape[0]
     gi_all = linear(x, w_ih, b_ih)  # (T, B, G*H): the input projection of every step at once
-    gis = S.split(gi_all, steps, axis=0) if steps > 1 else [gi_all]
     outs: list[Tensor] = [h] * steps
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     for t in order:
-        gi = S.squeeze(gis[t], 0)
+        gi = gi_all[t]  # (B, G*H)
         if mode == "LSTM":
             assert c is not None
             h, c = _lstm_step(gi, h, c, w_hh, b_hh)
