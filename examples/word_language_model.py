@@ -140,11 +140,13 @@ class RNNModel(nn.Module):
 
     def __init__(self, cfg: Config, ntoken: int) -> None:
         super().__init__()
-        self.ntoken, self.rnn_type, self.nhid, self.nlayers = ntoken, cfg.model, cfg.nhid, cfg.nlayers
+        self.ntoken, self.rnn_type = ntoken, cfg.model
+        self.nhid, self.nlayers = cfg.nhid, cfg.nlayers
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = nn.Embedding(ntoken, cfg.emsize)
         if cfg.model in ("LSTM", "GRU"):
-            self.rnn = getattr(nn, cfg.model)(cfg.emsize, cfg.nhid, cfg.nlayers, dropout=cfg.dropout)
+            rnn = getattr(nn, cfg.model)
+            self.rnn = rnn(cfg.emsize, cfg.nhid, cfg.nlayers, dropout=cfg.dropout)
         elif cfg.model in ("RNN_TANH", "RNN_RELU"):
             self.rnn = nn.RNN(cfg.emsize, cfg.nhid, cfg.nlayers,
                               nonlinearity=cfg.model[4:].lower(), dropout=cfg.dropout)
