@@ -42,6 +42,7 @@ from .pooling import (
     MaxPool1d,
     MaxPool2d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -54,6 +55,12 @@ from .upsampling import Upsample
 __all__ = [
     "ELU",
     "GELU",
+    "GRU",
+    "GRUCell",
+    "LSTM",
+    "LSTMCell",
+    "RNN",
+    "RNNCell",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool2d",
     "AvgPool1d",
