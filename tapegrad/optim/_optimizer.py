@@ -45,6 +45,8 @@ class Optimizer:
     defaults: dict[str, Any]
     # The state entries that are arrays shaped like the parameter (the rest are numbers).
     array_state: ClassVar[tuple[str, ...]] = ()
+    # The state entries that are numbers other than the step count (NAdam's mu_product).
+    scalar_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -361,6 +363,11 @@ class Optimizer:
                 if a is None or a.shape != () or a.dtype.kind not in "iuf" or not 0 <= a < 2**62:
                     raise ValueError(f"{where}: 'step' must be a count >= 0, got {val!r}")
                 out[k] = int(a.item())
+            elif k in self.scalar_state:
+                a = _asarray(v)
+                if a is None or a.shape != () or a.dtype.kind not in "iuf":
+                    raise ValueError(f"{where}: '{k}' must be a number, got {val!r}")
+                out[k] = float(a.item())
             else:
                 raise ValueError(
                     f"{where} has entry {k!r}, which {type(self).__name__} does not keep (it "
