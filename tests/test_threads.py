@@ -10,14 +10,11 @@ import pytest
 import tapegrad as tg
 from tapegrad import nn
 
-_INIT = threading.Lock()
-
 
 def _train(seed: int, steps: int, barrier: threading.Barrier | None = None) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    with _INIT:  # one random stream per process: no other thread draws between seed and init
-        tg.manual_seed(seed)
-        model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    tg.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
     opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = tg.tensor(rng.standard_normal((32, 6)))
     y = tg.tensor(rng.integers(0, 3, 32))
