@@ -17,6 +17,7 @@ objects in :mod:`tapegrad.optim.lr_scheduler`) and a weight EMA (:class:`ModelEM
 from . import lr_scheduler, schedules
 from ._adagrad import Adagrad
 from ._adam import Adam, AdamW
+from ._adaptive import Adadelta, Adamax, NAdam, RAdam
 from ._ema import EMA, ModelEMA
 from ._optimizer import Optimizer
 from ._rmsprop import RMSprop
@@ -36,9 +37,11 @@ from .lr_scheduler import (
 __all__ = [
     "EMA",
     "SGD",
+    "Adadelta",
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
     "CosineAnnealingLR",
     "ExponentialLR",
     "LRScheduler",
@@ -46,8 +49,10 @@ __all__ = [
     "LinearLR",
     "ModelEMA",
     "MultiStepLR",
+    "NAdam",
     "OneCycleLR",
     "Optimizer",
+    "RAdam",
     "RMSprop",
     "StepLR",
     "WarmupCosine",

@@ -143,13 +143,7 @@ class SGD(Optimizer):
         if not (mom or wd) and p.size <= SMALL:  # plain SGD on a small array: no scratch lookup
             p -= g * lr
             return
-        d = g
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p *= 1.0 - lr * wd
-            else:
-                d = np.multiply(p, wd, out=tmp(p, 0))
-                d += g
+        d = self.weight_decay(p, g, group, tmp)
         s = tmp(p, 1)
         if mom:
             buf = state.get("momentum_buffer")

@@ -14,7 +14,14 @@ from .activation import (
     Tanh,
 )
 from .attention import MultiheadAttention
-from .container import ModuleDict, ModuleList, Residual, Sequential
+from .container import (
+    ModuleDict,
+    ModuleList,
+    ParameterDict,
+    ParameterList,
+    Residual,
+    Sequential,
+)
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .dropout import Dropout
 from .embedding import Embedding
@@ -95,6 +102,8 @@ __all__ = [
     "MaxPool2d",
     "ModuleDict",
     "ModuleList",
+    "ParameterDict",
+    "ParameterList",
     "MultiheadAttention",
     "NLLLoss",
     "PReLU",
