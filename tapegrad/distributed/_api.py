@@ -218,13 +218,12 @@ class Reducer:
         sizes: dict[Any, int] = {}
         for p in reversed(self.params):
             dt = np.dtype(p.dtype)
-            slots = open_.setdefault(dt, [])
             off = sizes.get(dt, 0)
-            slots.append((p, off, int(p.size), tuple(p.shape)))
-            sizes[dt] = off + int(p.size)
-            if sizes[dt] * dt.itemsize >= limit:
+            if off and (off + int(p.size)) * dt.itemsize > limit:  # full: close it first
                 self._close(dt, open_.pop(dt))
-                sizes[dt] = 0
+                off = 0
+            open_.setdefault(dt, []).append((p, off, int(p.size), tuple(p.shape)))
+            sizes[dt] = off + int(p.size)
         for dt, slots in open_.items():
             if slots:
                 self._close(dt, slots)
