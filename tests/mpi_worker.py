@@ -1,6 +1,6 @@
 """Programs that tests/test_distributed.py runs under mpirun (and, for references, in-process).
 
-    mpirun -n 2 python tests/mpi_worker.py train OUT.npz
+mpirun -n 2 python tests/mpi_worker.py train OUT.npz
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def train(dtype: str, world: int, rank: int, overlap: bool = False) -> dict[str,
     reducer = dist.Reducer(params, bucket_mb=0.0002)  # small buckets: several of them
     for s in range(STEPS):
         with tg.Tape() as tape:
-            loss = tg.nn.functional.cross_entropy(model(tg.tensor(x[s, lo:hi])), tg.tensor(y[s, lo:hi]))
+            loss = tg.nn.functional.cross_entropy(
+                model(tg.tensor(x[s, lo:hi])), tg.tensor(y[s, lo:hi])
+            )
         grads = tape.gradient(loss, model)
         if overlap:
             for p in reversed(params):
@@ -72,8 +74,8 @@ def main_train(out: str) -> None:
     gathered = dist.get_communicator().allgather_object(res)
     if r == 0:
         for other in gathered[1:]:  # every rank holds the same model
-            for k in res:
-                assert np.array_equal(other[k], res[k]), k
+            for k, v in res.items():
+                assert np.array_equal(other[k], v), k
         np.savez(out, **res)
 
 
@@ -81,7 +83,9 @@ def ckpt_run(ckpt: str, out: str, resume: bool) -> None:
     """10 steps over a DistributedSampler with dropout; a checkpoint after step 5."""
     dist.init()
     tg.manual_seed(0)
-    model = tg.nn.Sequential(tg.nn.Linear(D_IN, 16), tg.nn.Dropout(0.3), tg.nn.Linear(16, 3)).to("float64")
+    model = tg.nn.Sequential(tg.nn.Linear(D_IN, 16), tg.nn.Dropout(0.3), tg.nn.Linear(16, 3)).to(
+        "float64"
+    )
     dist.broadcast_parameters(model)
     tg.manual_seed(100 + dist.rank())  # dropout masks differ per rank
     opt = tg.optim.Adam(model.parameters(), lr=0.01)

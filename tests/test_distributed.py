@@ -39,8 +39,15 @@ def mpirun(n: int, *args: str, timeout: float = 60) -> subprocess.CompletedProce
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     cmd += ["--oversubscribe", sys.executable, str(WORKER), *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 @needs_mpi

@@ -137,7 +137,9 @@ def broadcast_parameters(model: Any, root: int = 0) -> None:
     sig = [(n, tuple(t.shape), str(t.dtype)) for n, t in tensors]
     sigs = comm.allgather_object(sig)
     if not 0 <= root < comm.size:
-        raise ValueError(f"broadcast_parameters: root {root} is not a rank (world size {comm.size})")
+        raise ValueError(
+            f"broadcast_parameters: root {root} is not a rank (world size {comm.size})"
+        )
     for r, other in enumerate(sigs):
         if other != sigs[root]:
             raise ValueError(
@@ -247,7 +249,9 @@ class Reducer:
         b, i = e
         _, off, size, shape = b.slots[i]
         if tuple(array.shape) != shape:
-            raise ValueError(f"Reducer: gradient of shape {tuple(array.shape)} for a parameter {shape}")
+            raise ValueError(
+                f"Reducer: gradient of shape {tuple(array.shape)} for a parameter {shape}"
+            )
         b.buf[off : off + size] = array.reshape(-1)
         return b
 

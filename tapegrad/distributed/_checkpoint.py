@@ -76,6 +76,8 @@ def load_checkpoint(
     set_rng_state(own["rng"])
     for key, obj in per_rank.items():
         if key not in own:
-            raise KeyError(f"distributed.load_checkpoint: '{os.fspath(path)}' holds no '{key}' state")
+            raise KeyError(
+                f"distributed.load_checkpoint: '{os.fspath(path)}' holds no '{key}' state"
+            )
         obj.load_state_dict(own[key])
     return ck
