@@ -45,20 +45,16 @@ def train(dtype: str, world: int, rank: int, overlap: bool = False) -> dict[str,
     n_local = LOCAL_BATCH if dist.world_size() > 1 else world * LOCAL_BATCH
     if dist.world_size() == 1:
         lo, hi = 0, n_local
-    params = list(model.parameters())
-    reducer = dist.Reducer(params, bucket_mb=0.0002)  # small buckets: several of them
+    reducer = dist.Reducer(list(model.parameters()), bucket_mb=0.0002)  # several buckets
     for s in range(STEPS):
         with tg.Tape() as tape:
             loss = tg.nn.functional.cross_entropy(
                 model(tg.tensor(x[s, lo:hi])), tg.tensor(y[s, lo:hi])
             )
-        grads = tape.gradient(loss, model)
-        if overlap:
-            for p in reversed(params):
-                reducer.ready(p, grads[p]._data)
-            reducer.wait(grads)
+        if overlap:  # buckets reduced while backward goes on
+            grads = reducer.wait(tape.gradient(loss, model, on_ready=reducer.ready))
         else:
-            grads = dist.all_reduce(grads, model=model)
+            grads = dist.all_reduce(tape.gradient(loss, model), model=model)
         opt.step(grads)
     return {k: v.numpy() for k, v in model.state_dict().items()}
 

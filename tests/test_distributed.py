@@ -130,25 +130,37 @@ def test_reducer_mixed_dtypes_get_separate_buckets():
     assert sorted(str(bk.dtype) for bk in r.buckets) == ["float32", "float64"]
 
 
-def test_reducer_ready_and_wait_leave_gradients_as_computed_in_a_world_of_one():
-    model = tg.nn.Linear(4, 3)
-    with tg.Tape() as tape:
-        loss = (model(tg.ones(5, 4)) ** 2).mean()
-    grads = tape.gradient(loss, model)
-    before = {id(p): g.numpy().copy() for p, g in grads.items()}
-    r = dist.Reducer(list(model.parameters()))
-    for p in reversed(list(model.parameters())):
-        r.ready(p, grads[p]._data)
+def test_reducer_driven_by_the_tape_leaves_gradients_as_computed_in_a_world_of_one():
+    model = tg.nn.Sequential(tg.nn.Linear(4, 3), tg.nn.Tanh(), tg.nn.Linear(3, 2))
+    x = tg.ones(5, 4)
+
+    def grads_of(**kw):
+        with tg.Tape() as tape:
+            tape.watch(x)  # a leaf that is no parameter: the reducer ignores it
+            loss = (model(x) ** 2).mean()
+        return tape.gradient(loss, model, **kw)
+
+    plain = grads_of()
+    r = dist.Reducer(list(model.parameters()), bucket_mb=0.00005)  # one bucket per tensor
+    seen = []
+    ready = lambda p, a: (seen.append(p), r.ready(p, a))
+    grads = grads_of(on_ready=ready)
+    order = [id(p) for p in seen if p is not x]
+    layer2, layer1 = (
+        {id(model[2].weight), id(model[2].bias)},
+        {id(model[0].weight), id(model[0].bias)},
+    )
+    assert set(order[:2]) == layer2 and set(order[2:]) == layer1  # backward's order
+    assert all(b.request is not None for b in r.buckets)  # every bucket started during backward
     assert r.wait(grads) is grads
     for p, g in grads.items():
-        assert np.array_equal(g.numpy(), before[id(p)])
+        assert np.array_equal(g.numpy(), plain[p].numpy())
 
 
 def test_reducer_errors_name_the_problem():
     model = tg.nn.Linear(2, 2)
     r = dist.Reducer(list(model.parameters()))
-    with pytest.raises(KeyError, match="not one of its parameters"):
-        r.ready(tg.Parameter(tg.ones(2)), np.ones(2))
+    r.ready(tg.Parameter(tg.ones(2)), np.ones(2))  # not one of its parameters: ignored
     with pytest.raises(ValueError, match=r"gradient of shape \(3,\) for a parameter \(2,\)"):
         r.ready(model.bias, np.ones(3))
     r2 = dist.Reducer(list(model.parameters()))

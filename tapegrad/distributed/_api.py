@@ -186,7 +186,11 @@ class Reducer:
     ``Allreduce`` per bucket and writes the results back into ``grads`` in place. Overlapped:
     ``ready(param, array)`` as each gradient becomes final, which starts a bucket's
     non-blocking ``Iallreduce`` as soon as all of its gradients have arrived, then
-    ``wait(grads)`` finishes them all and writes back.
+    ``wait(grads)`` finishes them all and writes back. The tape drives ``ready`` during
+    backward, so communication runs while backward goes on::
+
+        grads = tape.gradient(loss, model, on_ready=reducer.ready)
+        opt.step(reducer.wait(grads))
 
     >>> import tapegrad as tg, tapegrad.distributed as dist
     >>> model = tg.nn.Linear(3, 2)
@@ -215,6 +219,7 @@ class Reducer:
         self.params = list(params)
         limit = int(bucket_mb * 1e6)
         self.buckets: list[_Bucket] = []
+        self._started: list[_Bucket] = []
         self._where: dict[int, tuple[_Bucket, int]] = {}
         open_: dict[Any, list[Any]] = {}  # dtype -> slots of the bucket being filled
         sizes: dict[Any, int] = {}
@@ -242,11 +247,7 @@ class Reducer:
         return len(self.buckets)
 
     def _put(self, p: Tensor, array: Any) -> _Bucket:
-        e = self._where.get(id(p))
-        if e is None:
-            who = getattr(p, "name", None) or "a tensor"
-            raise KeyError(f"Reducer: {who} {tuple(p.shape)} is not one of its parameters")
-        b, i = e
+        b, i = self._where[id(p)]
         _, off, size, shape = b.slots[i]
         if tuple(array.shape) != shape:
             raise ValueError(
@@ -259,11 +260,22 @@ class Reducer:
         return "sum" if self.op == "mean" else self.op
 
     def ready(self, param: Tensor, array: Any) -> None:
-        """``param``'s gradient is final: store it, and start its bucket's reduction when full."""
+        """``param``'s gradient is final: store it, and start its bucket's reduction when full.
+
+        Made to be passed as ``tape.gradient(loss, model, on_ready=reducer.ready)``, which calls
+        it during backward; tensors outside the reducer's parameters (inputs the tape also
+        watched) are ignored. Each call also lets MPI progress the reductions in flight.
+        """
+        if id(param) not in self._where:
+            return
         b = self._put(param, array)
         b.pending -= 1
         if b.pending == 0:
             b.request = self.comm.iallreduce_(b.buf, self._reduce_op())
+            self._started.append(b)
+        for s in self._started:  # MPI moves non-blocking collectives only inside its calls
+            if s.request is not None:
+                s.request.test()
 
     def wait(self, grads: Any) -> Any:
         """Finish every started reduction and write the results into ``grads`` (returned)."""
@@ -277,6 +289,7 @@ class Reducer:
             b.request.wait()
             b.request = None
             b.pending = len(b.slots)
+        self._started.clear()
         self._write_back(grads)
         return grads
 
