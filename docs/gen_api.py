@@ -20,6 +20,7 @@ PAGES = {
     "optim": ("tapegrad.optim", "Optimizers and learning-rate schedules."),
     "data": ("tapegrad.data", "Datasets and the DataLoader."),
     "testing": ("tapegrad.testing", "The gradient checker."),
+    "distributed": ("tapegrad.distributed", "Data-parallel training on several processes (MPI)."),
 }
 SKIP = {"annotations"}
 

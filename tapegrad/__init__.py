@@ -13,6 +13,7 @@ from . import (
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
     data,
+    distributed,
     nn,
     optim,
     testing,

@@ -11,10 +11,12 @@ bundled digits data.
 from ._dataset import Dataset, Subset, TensorDataset, random_split
 from ._datasets import load_digits
 from ._loader import DataLoader, default_collate
+from ._sampler import DistributedSampler
 
 __all__ = [
     "DataLoader",
     "Dataset",
+    "DistributedSampler",
     "Subset",
     "TensorDataset",
     "default_collate",

@@ -14,6 +14,7 @@ from .._creation import Generator, default_generator
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from ._dataset import Subset, TensorDataset
+from ._sampler import launch_rank_size
 
 __all__ = ["DataLoader", "default_collate"]
 
@@ -77,10 +78,12 @@ class DataLoader:
 
     ``shuffle`` draws a new permutation at the start of each epoch from ``generator``, or from
     ``tg.Generator(seed)`` when ``seed`` is given, or else from the global stream (so
-    ``tg.manual_seed`` and a checkpoint's RNG state fix it). ``drop_last`` drops a final
+    ``tg.manual_seed`` and a checkpoint's RNG state fix it). ``sampler`` (a
+    ``DistributedSampler``, or any iterable of indices with a length) gives the order instead;
+    its ``set_epoch(e)`` is called at the start of epoch ``e`` (from 0). ``drop_last`` drops a final
     short batch. For a ``TensorDataset`` (or a Subset of one) each batch is one gather per
     tensor; other datasets are read sample by sample and stacked by ``collate_fn``
-    (``default_collate``). ``progress=True`` shows a tqdm bar. ``num_workers`` threads build
+    (``default_collate``). ``progress=True`` shows a tqdm bar (on rank 0 only in an MPI job). ``num_workers`` threads build
     up to ``num_workers * prefetch_factor`` batches ahead (a dataset whose reads wait on I/O or
     release the GIL); batches come out in the same order and with the same contents as with
     none. The shuffle is drawn before the workers start; a dataset that draws random numbers
@@ -109,6 +112,7 @@ class DataLoader:
         progress: bool = False,
         num_workers: int = 0,
         prefetch_factor: int = 2,
+        sampler: Any = None,
     ) -> None:
         if (
             not isinstance(batch_size, (int, np.integer))
@@ -123,6 +127,8 @@ class DataLoader:
             )
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass generator= or seed=, not both")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: a sampler chooses the order itself; pass shuffle=False")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
@@ -132,13 +138,17 @@ class DataLoader:
         self.progress = progress
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
+        self.sampler = sampler
         self.epoch = 0  # epochs started so far
         self._pos = 0  # batches handed out in the current epoch
         self._epoch_rng: Any = None  # generator state the current epoch's permutation came from
         self._resume: dict[str, Any] | None = None
 
+    def _nsamples(self) -> int:
+        return len(self.sampler) if self.sampler is not None else len(self.dataset)
+
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = self._nsamples()
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _gen(self) -> Generator:
@@ -151,6 +161,8 @@ class DataLoader:
         if resume is not None and resume["epoch"] > 0 and resume["position"] < len(self):
             self.epoch, self._pos = resume["epoch"], resume["position"]
             self._epoch_rng = resume["rng"]
+            if self.sampler is not None:
+                return self._sampled(), self._pos
             if not self.shuffle or resume["rng"] is None:
                 return None, self._pos
             # The permutation is redrawn from the saved state on a private generator: the
@@ -163,6 +175,9 @@ class DataLoader:
             return perm, self._pos
         self.epoch += 1
         self._pos = 0
+        if self.sampler is not None:
+            self._epoch_rng = None
+            return self._sampled(), 0
         if not self.shuffle:
             self._epoch_rng = None
             return None, 0
@@ -170,9 +185,15 @@ class DataLoader:
         self._epoch_rng = gen.get_state()
         return gen.rng.permutation(n), 0
 
+    def _sampled(self) -> Any:
+        """The sampler's indices for this epoch (epochs count from 0 for ``set_epoch``)."""
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(self.epoch - 1)
+        return np.asarray(list(self.sampler), dtype=np.int64)
+
     def __iter__(self) -> Iterator[Any]:
         it = self._batches()
-        if self.progress:
+        if self.progress and launch_rank_size()[0] == 0:  # one bar per job: rank 0's
             try:
                 from tqdm.auto import tqdm  # noqa: PLC0415
             except ImportError:
@@ -207,7 +228,7 @@ class DataLoader:
 
     def _batch(self, b: int, order: Any, fast: Any) -> Any:
         """Batch ``b`` of the epoch whose sample order is ``order`` (None: in order)."""
-        n = len(self.dataset)
+        n = self._nsamples()
         lo = b * self.batch_size
         hi = min(lo + self.batch_size, n)
         idx = order[lo:hi] if order is not None else np.arange(lo, hi)
@@ -239,6 +260,6 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return (
-            f"DataLoader({len(self.dataset)} samples, batch_size={self.batch_size}, "
+            f"DataLoader({self._nsamples()} samples, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, {len(self)} batches)"
         )
