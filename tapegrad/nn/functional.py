@@ -82,6 +82,7 @@ from ._f_pool import (
     max_pool2d,
 )
 from ._f_resize import interpolate, pad, upsample
+from ._f_shuffle import fold, pixel_shuffle, pixel_unshuffle, unfold
 
 __all__ = [
     # activations
@@ -104,3 +105,4 @@ __all__ = [
     "cross_entropy", "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss",
     "nll_loss", "smooth_l1_loss",
 ]  # fmt: skip
+__all__ += ["fold", "unfold", "pixel_shuffle", "pixel_unshuffle"]

@@ -13,12 +13,32 @@ from .activation import (
     Softplus,
     Tanh,
 )
+
+# layers added for PyTorch coverage (docs/coverage.md)
+from .activation_extra import (
+    CELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LogSigmoid,
+    Mish,
+    ReLU6,
+    Softmin,
+    Softsign,
+    Tanhshrink,
+)
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Residual, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from .distance import CosineSimilarity, PairwiseDistance
 from .dropout import Dropout
+from .dropout_nd import Dropout1d, Dropout2d, Dropout3d
 from .embedding import Embedding
 from .flatten import Flatten, Unflatten
+from .fold import Fold, Unfold
+from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .linear import Bilinear, Identity, Linear
 from .loss import (
     BCELoss,
@@ -34,6 +54,24 @@ from .loss import (
     SmoothL1Loss,
 )
 from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
+from .padding import (
+    CircularPad1d,
+    CircularPad2d,
+    CircularPad3d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ConstantPad3d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ZeroPad3d,
+)
+from .pixelshuffle import PixelShuffle, PixelUnshuffle
 from .pooling import (
     AdaptiveAvgPool2d,
     AdaptiveMaxPool2d,
@@ -109,3 +147,12 @@ __all__ = [
     "Unflatten",
     "Upsample",
 ]
+__all__ += [
+    "CELU", "GLU", "SELU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid", "Mish", "ReLU6",
+    "Softmin", "Softsign", "Tanhshrink", "CosineSimilarity", "PairwiseDistance", "Dropout1d",
+    "Dropout2d", "Dropout3d", "Fold", "Unfold", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d",
+    "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
+    "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d",
+    "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
+]  # fmt: skip
