@@ -4,6 +4,8 @@ parameter; and the coverage table in docs/coverage.md regenerated and compared."
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +169,34 @@ def test_bad_input_errors():
 def test_pixel_shuffle_gradcheck():
     x = tg.tensor(np.random.default_rng(0).standard_normal((1, 4, 2, 3)))
     tg.testing.check_grads(lambda t: F.pixel_shuffle(t, 2), (x,))
+
+
+# --- docs/coverage.md -------------------------------------------------------------------------
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_coverage", ROOT / "docs" / "gen_coverage.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_coverage_table_is_current():
+    committed = (ROOT / "docs" / "coverage.md").read_text()
+    assert _gen().render() == committed, "docs/coverage.md is stale: run docs/gen_coverage.py"
+
+
+def test_coverage_table_names_only_what_tapegrad_has():
+    rows = re.findall(
+        r"^\| `(nn|F)\.(\w+)` \| (.*) \|$", (ROOT / "docs" / "coverage.md").read_text(), re.M
+    )
+    assert len(rows) == len(torch.nn.modules.__all__) + len(_gen().torch_functions())
+    for ns, name, status in rows:
+        home = tg.nn if ns == "nn" else tg.nn.functional
+        assert (status == "implemented") == hasattr(home, name), f"{ns}.{name}: {status}"
+        assert status == "implemented" or status.startswith("not planned: "), status
+
+
+def test_layers_used_by_examples_are_implemented():
+    missing = [n for n in _gen().USED_BY_EXAMPLES if not hasattr(tg.nn, n)]
+    assert not missing, f"layers used by pytorch/examples or torchvision missing: {missing}"
