@@ -431,6 +431,29 @@ def _arg_torch(f: Any) -> Any:
     return op
 
 
+def _spread(f: Any) -> Any:
+    def op(self: Tensor, axis: Any = None, keepdims: bool = False, correction: Any = None, *,
+           dim: Any = None, unbiased: Any = None, keepdim: Any = None, ddof: Any = None) -> Tensor:  # fmt: skip
+        torch_form = dim is not None or unbiased is not None or keepdim is not None
+        if correction is None:
+            if unbiased is not None:
+                correction = 1 if unbiased else 0
+            elif ddof is not None:
+                correction = ddof
+            else:  # PyTorch's default is Bessel's correction, numpy's none
+                correction = 1 if torch_form else 0
+        ax = axis if dim is None else dim
+        out = f(self, axis=ax, keepdims=keepdims or bool(keepdim), correction=correction)
+        return out  # type: ignore[no-any-return]
+
+    op.__name__ = op.__qualname__ = f.__name__
+    op.__doc__ = (
+        f"numpy's ``x.{f.__name__}(axis=..., keepdims=..., correction=0)``; with PyTorch's "
+        "keywords (``dim=``, ``unbiased=``, ``keepdim=``) PyTorch's default correction of 1."
+    )
+    return op
+
+
 def _bind_torch() -> None:
     T = Tensor
     methods: dict[str, Any] = {
@@ -456,6 +479,8 @@ def _bind_torch() -> None:
         "min": _reduce_with_indices("min", R.amin, R.argmin),
         "argmax": _arg_torch(R.argmax),
         "argmin": _arg_torch(R.argmin),
+        "var": _spread(R.var),
+        "std": _spread(R.std),
     }
     for name, f in methods.items():
         setattr(T, name, f)

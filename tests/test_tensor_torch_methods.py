@@ -158,3 +158,19 @@ def test_argmax_torch_keywords():
 def test_transpose_two_axes_is_torch_swap():
     a, ta = _pair(2, 3, 4)
     assert a.transpose(0, 2).shape == tuple(ta.transpose(0, 2).shape)
+
+
+def test_var_std_numpy_default_and_torch_keywords():
+    a, ta = _pair(4, 5)
+    # numpy's meaning kept for the bare call and axis=: no correction
+    np.testing.assert_allclose(a.std().item(), a.numpy().std(), rtol=1e-14)
+    np.testing.assert_allclose(a.var(axis=1).numpy(), a.numpy().var(axis=1), rtol=1e-14)
+    # PyTorch's keywords get PyTorch's default (Bessel's correction)
+    np.testing.assert_allclose(a.var(dim=1).numpy(), ta.var(dim=1).numpy(), rtol=1e-14)
+    np.testing.assert_allclose(
+        a.std(dim=0, keepdim=True).numpy(), ta.std(dim=0, keepdim=True).numpy(), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        a.std(dim=1, unbiased=False).numpy(), ta.std(dim=1, unbiased=False).numpy(), rtol=1e-14
+    )
+    np.testing.assert_allclose(a.var(ddof=1).item(), ta.var().item(), rtol=1e-14)
