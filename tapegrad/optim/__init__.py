@@ -18,6 +18,7 @@ from . import lr_scheduler, schedules
 from ._adagrad import Adagrad
 from ._adam import Adam, AdamW
 from ._ema import EMA, ModelEMA
+from ._lbfgs import LBFGS
 from ._optimizer import Optimizer
 from ._rmsprop import RMSprop
 from ._sgd import SGD
@@ -35,6 +36,7 @@ from .lr_scheduler import (
 
 __all__ = [
     "EMA",
+    "LBFGS",
     "SGD",
     "Adagrad",
     "Adam",
