@@ -104,7 +104,46 @@ CASES = [
     ("Softsign", (), {}, [(3, 4)]),
     ("Tanhshrink", (), {}, [(3, 4)]),
     ("Softmin", (), {"dim": 1}, [(3, 4)]),
+    ("Hardshrink", (0.3,), {}, [(3, 4)]),
+    ("Softshrink", (0.3,), {}, [(3, 4)]),
+    ("Threshold", (0.1, -2.0), {}, [(3, 4)]),
+    ("Softmax2d", (), {}, [(2, 3, 2, 2)]),
+    ("AdaptiveAvgPool1d", (3,), {}, [(2, 3, 7)]),
+    ("AdaptiveMaxPool1d", (3,), {}, [(2, 3, 7)]),
+    ("UpsamplingNearest2d", (), {"scale_factor": 2}, [(1, 2, 3, 3)]),
+    ("UpsamplingBilinear2d", (), {"size": (5, 4)}, [(1, 2, 3, 3)]),
+    ("TripletMarginLoss", (), {"margin": 2.0}, [(4, 5), (4, 5), (4, 5)]),
+    ("TripletMarginLoss", (), {"p": 1.0, "swap": True, "reduction": "none"}, [(4, 5)] * 3),
 ]
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [("SoftMarginLoss", {}), ("SoftMarginLoss", {"reduction": "sum"}),
+     ("HingeEmbeddingLoss", {"margin": 0.5}), ("HingeEmbeddingLoss", {"reduction": "none"})],
+)  # fmt: skip
+def test_target_losses_equal_torch(name, kwargs):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 3)) * 3
+    y = np.where(rng.random((4, 3)) > 0.5, 1.0, -1.0)
+    gx = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(gx)
+        out = getattr(tg.nn, name)(**kwargs)(gx, tg.tensor(y))
+    tx = torch.tensor(x, requires_grad=True)
+    tout = getattr(torch.nn, name)(**kwargs)(tx, torch.tensor(y))
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), **TOL)
+    g = rng.standard_normal(out.shape)
+    (grad,) = tape.gradient(out, [gx], output_gradients=tg.tensor(g))
+    tout.backward(torch.tensor(g))
+    np.testing.assert_allclose(grad.numpy(), tx.grad.numpy(), **TOL)
+
+
+def test_soft_margin_loss_stable_for_large_margins():
+    # log(1 + exp(1e4)) is 1e4; PyTorch's formula overflows to inf there
+    x = tg.tensor(np.array([1e4, -1e4]))
+    y = tg.tensor(np.array([-1.0, -1.0]))
+    assert F.soft_margin_loss(x, y, reduction="none").tolist() == [1e4, 0.0]
 
 
 @pytest.mark.parametrize(("name", "args", "kwargs", "shapes"), CASES, ids=str)

@@ -49,6 +49,18 @@ from ._f_activation import (
 )
 from ._f_attention import scaled_dot_product_attention
 from ._f_conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from ._f_extra import (
+    adaptive_avg_pool1d,
+    adaptive_max_pool1d,
+    hardshrink,
+    hinge_embedding_loss,
+    soft_margin_loss,
+    softshrink,
+    threshold,
+    triplet_margin_loss,
+    upsample_bilinear,
+    upsample_nearest,
+)
 from ._f_linear import bilinear, embedding, linear, one_hot
 from ._f_loss import (
     binary_cross_entropy,
@@ -106,3 +118,8 @@ __all__ = [
     "nll_loss", "smooth_l1_loss",
 ]  # fmt: skip
 __all__ += ["fold", "unfold", "pixel_shuffle", "pixel_unshuffle"]
+__all__ += [
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "hardshrink", "hinge_embedding_loss",
+    "soft_margin_loss", "softshrink", "threshold", "triplet_margin_loss", "upsample_bilinear",
+    "upsample_nearest",
+]  # fmt: skip

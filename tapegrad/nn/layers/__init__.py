@@ -36,6 +36,12 @@ from .distance import CosineSimilarity, PairwiseDistance
 from .dropout import Dropout
 from .dropout_nd import Dropout1d, Dropout2d, Dropout3d
 from .embedding import Embedding
+from .extra_pool_upsample import (
+    AdaptiveAvgPool1d,
+    AdaptiveMaxPool1d,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
 from .flatten import Flatten, Unflatten
 from .fold import Fold, Unfold
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
@@ -53,6 +59,7 @@ from .loss import (
     NLLLoss,
     SmoothL1Loss,
 )
+from .loss_extra import HingeEmbeddingLoss, SoftMarginLoss, TripletMarginLoss
 from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
 from .padding import (
     CircularPad1d,
@@ -80,6 +87,7 @@ from .pooling import (
     MaxPool1d,
     MaxPool2d,
 )
+from .shrink import Hardshrink, Softmax2d, Softshrink, Threshold
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -155,4 +163,9 @@ __all__ += [
     "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
     "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d",
     "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
+]  # fmt: skip
+__all__ += [
+    "Hardshrink", "Softmax2d", "Softshrink", "Threshold", "AdaptiveAvgPool1d",
+    "AdaptiveMaxPool1d", "UpsamplingBilinear2d", "UpsamplingNearest2d", "HingeEmbeddingLoss",
+    "SoftMarginLoss", "TripletMarginLoss",
 ]  # fmt: skip
