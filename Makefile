@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-examples
 PIP := $(BIN)/python -m pip
 
 .PHONY: demo test lint bench docs clean install
@@ -13,11 +14,16 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) install -q -e '.[test,dev,examples,docs]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# the demo needs tapegrad and its examples' extras only: no PyTorch, pytest or linters
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install -q -e '.[examples]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@command -v dot >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		(apt-get install -y -q graphviz >/dev/null 2>&1 || \
 		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q graphviz >/dev/null 2>&1)); } || \
@@ -42,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/suite.py --blas-env
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

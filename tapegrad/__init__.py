@@ -74,6 +74,7 @@ from ._dtypes import (
 from ._functional import grad, value_and_grad
 from ._io import load, load_checkpoint, save, save_checkpoint
 from ._tensor import Parameter, Tensor, is_tensor
+from ._version import __version__
 from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
 
@@ -81,5 +82,3 @@ _malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TU
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
-
-__version__ = "0.1.0"

@@ -356,7 +356,7 @@ class CompiledStep:
 
     def _update(self, gs: Any) -> None:
         """``optimizer.step`` on the program's gradients. An optimizer that keeps the base
-        class's ``step`` gets its per-parameter update called directly (the gradients' shapes
+        class's ``step`` gets ``update_one`` called directly (the gradients' shapes
         and presence were checked when the step was captured); any other gets ``step``."""
         opt = self.optimizer
         params = self._params
@@ -366,13 +366,8 @@ class CompiledStep:
         group_of = {id(p): group for group in opt.param_groups for p in group["params"]}
         for p, g in zip(params, gs, strict=True):
             group = group_of.get(id(p))
-            if group is None or not p.requires_grad:
-                continue
-            st = opt.state.get(p)
-            if st is None:
-                st = opt.state[p] = opt.init_single(p._data, group)
-            opt.apply_single(p._data, g, st, group)
-            p._version += 1
+            if group is not None and p.requires_grad:
+                opt.update_one(p, g, group)
 
     def _eager(self, inputs: list[Tensor], cap: _Capture | None) -> tuple[Tensor, Any]:
         params = [p for p in self.model.parameters() if p.requires_grad]

@@ -16,6 +16,12 @@ from tapegrad import nn
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng() -> None:
+    """Each test draws the same numbers from RNG whatever ran before it (any order, any -k)."""
+    RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
+
+
 def randn(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape)
 

@@ -107,7 +107,8 @@ def _without_row(names) -> list[str]:
 
 
 def test_every_primitive_has_a_row() -> None:
-    missing = _without_row(PRIMITIVES)
+    # the engine's doctests register examples ("doc_cube") for the whole process: not ops
+    missing = _without_row(n for n in PRIMITIVES if not n.startswith("doc_"))
     assert not missing, (
         f"primitives without a row in tests/op_specs.py: {missing}; add a row (function, torch "
         "reference, domain, shapes) or, if another test file checks it, an ELSEWHERE entry"

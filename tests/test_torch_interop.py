@@ -15,6 +15,12 @@ from tapegrad import nn
 RNG = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng() -> None:
+    """Each test draws the same numbers from RNG whatever ran before it (any order, any -k)."""
+    RNG.bit_generator.state = np.random.default_rng(7).bit_generator.state
+
+
 class TorchCNN(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -11,6 +11,14 @@ import tapegrad as tg
 from tapegrad import nn
 
 RNG = np.random.default_rng(1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rng() -> None:
+    """Each test draws the same numbers from RNG whatever ran before it (any order, any -k)."""
+    RNG.bit_generator.state = np.random.default_rng(1).bit_generator.state
+
+
 E, H, FF = 8, 2, 16
 
 

@@ -6,7 +6,6 @@ import collections
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import _backend as B
@@ -193,6 +192,8 @@ class DataLoader:
                 self._pos = b + 1
                 yield batch
             return
+        from concurrent.futures import ThreadPoolExecutor  # only with workers: import time
+
         with ThreadPoolExecutor(self.num_workers, thread_name_prefix="DataLoader") as pool:
             ahead: collections.deque[Any] = collections.deque()
             nxt = skip

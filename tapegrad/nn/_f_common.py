@@ -117,14 +117,45 @@ def check_reduction(reduction: str, op: str, extra: tuple[str, ...] = ()) -> Non
         raise ValueError(f"{op}: reduction must be one of {allowed}, got {reduction!r}")
 
 
-def reduce_loss(loss: Tensor, reduction: str, op: str) -> Tensor:
-    """Apply ``reduction`` ('mean', 'sum' or 'none') to elementwise losses."""
-    check_reduction(reduction, op)
+def reduce_loss(
+    loss: Tensor,
+    reduction: str,
+    op: str,
+    denom: Any = None,
+    unbatched: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Tensor:
+    """Apply ``reduction`` to elementwise losses: the one reduction every loss uses.
+
+    ``'none'`` returns them (the batch axis of an unbatched input squeezed away), ``'sum'``
+    their sum, ``'mean'`` their mean, or their sum divided by ``denom`` when given (the
+    summed weights: a number, or a Tensor when it carries a gradient); a zero denominator,
+    or an empty mean, is NaN. Reductions in ``extra`` (kl_div's ``'batchmean'``) are the sum
+    divided by ``denom`` (or the sum alone when ``denom`` is None).
+
+    >>> import tapegrad as tg
+    >>> reduce_loss(tg.tensor([1.0, 3.0]), "mean", "demo").item()
+    2.0
+    >>> reduce_loss(tg.tensor([1.0, 3.0]), "mean", "demo", denom=4.0).item()
+    1.0
+    """
+    check_reduction(reduction, op, extra)
     if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return R.sum(loss)
-    return R.mean(loss) if loss.size else R.sum(loss) * float("nan")
+        return S.squeeze(loss, 0) if unbatched else loss
+    if reduction == "mean" and denom is None:
+        return R.mean(loss) if loss.size else R.sum(loss) * float("nan")
+    total = R.sum(loss)
+    if reduction == "sum" or denom is None:
+        return total
+    if isinstance(denom, Tensor):
+        return total / denom
+    return total * reciprocal(denom)
+
+
+def reciprocal(denom: Any) -> float:
+    """``1 / denom`` for a mean's denominator; NaN for 0 (as PyTorch's 0/0)."""
+    d = float(denom)
+    return 1.0 / d if d != 0 else float("nan")
 
 
 # --------------------------------------------------------------------------------------------

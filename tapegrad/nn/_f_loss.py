@@ -24,6 +24,7 @@ from ._f_common import (
     check_reduction,
     float_input,
     legacy_reduction,
+    reciprocal,
     reduce_loss,
     same_float,
 )
@@ -169,16 +170,6 @@ def _valid_and_weights(
     return safe, vmask, w.astype(dtype, copy=False)[safe] * vmask
 
 
-def _weighted_reduce(loss: Tensor, wsum: Any, reduction: str, unbatched: bool) -> Tensor:
-    if reduction == "none":
-        return S.squeeze(loss, 0) if unbatched else loss
-    total = R.sum(loss)
-    if reduction == "sum":
-        return total
-    denom = float(wsum)
-    return total * (1.0 / denom) if denom != 0 else total * float("nan")
-
-
 def nll_loss(
     input: Any,
     target: Any,
@@ -204,7 +195,7 @@ def nll_loss(
     x, t, unb = _class_target(x, target, "nll_loss")
     safe, _, w = _valid_and_weights(t, x.shape[1], weight, ignore_index, x.dtype, "nll_loss")
     loss = -apply(_PICK, x, t=safe) * _wrap(w)
-    return _weighted_reduce(loss, w.sum(), reduction, unb)
+    return reduce_loss(loss, reduction, "nll_loss", denom=w.sum(), unbatched=unb)
 
 
 def cross_entropy(
@@ -246,10 +237,8 @@ def cross_entropy(
     x, t, unb = _class_target(x, target, "cross_entropy")
     c = x.shape[1]
     safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
-    coef = w
-    if reduction == "mean":
-        wsum = float(w.sum())
-        coef = w * (1.0 / wsum) if wsum != 0 else w * float("nan")
+    # the fused primitive sums inside: a mean's division is folded into the weights
+    coef = w * reciprocal(w.sum()) if reduction == "mean" else w
     out = apply(_CE, x, t=safe, coef=coef, total=reduction != "none")
     if reduction == "none" and unb:
         out = S.squeeze(out, 0)
@@ -261,7 +250,7 @@ def cross_entropy(
         wc = float_input(weight, "cross_entropy", "weight")._data.astype(x.dtype, copy=False)
         logp = logp * _wrap(wc.reshape((1, c) + (1,) * (x.ndim - 2)))
     smooth = -R.sum(logp, axis=1) * _wrap(valid)
-    smooth = _weighted_reduce(smooth, w.sum(), reduction, unb)
+    smooth = reduce_loss(smooth, reduction, "cross_entropy", denom=w.sum(), unbatched=unb)
     return out * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
 
 
@@ -288,9 +277,7 @@ def _cross_entropy_probs(
             raise ValueError(f"cross_entropy: weight must have shape ({c},), got {w.shape}")
         logp = logp * S.reshape(S.astype(w, x.dtype), (1, c) + (1,) * (x.ndim - 2))
     loss = -R.sum(logp * t, axis=1)  # (N, d1, ...)
-    if reduction == "none":
-        return S.squeeze(loss, 0) if unb else loss
-    return reduce_loss(loss, reduction, "cross_entropy")
+    return reduce_loss(loss, reduction, "cross_entropy", unbatched=unb)
 
 
 # --------------------------------------------------------------------------------------------
@@ -419,7 +406,7 @@ def kl_div(
     0.0
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
-    check_reduction(reduction, "kl_div", ("batchmean",))
+    check_reduction(reduction, "kl_div", ("batchmean",))  # before the inputs are read
     x, t = _pair(input, target, "kl_div")
     if log_target:
         loss = E.exp(t) * (t - x)
@@ -427,10 +414,8 @@ def kl_div(
         pos = t > 0
         # xlogy: 0 * log(0) is 0, and log never sees a zero
         loss = E.where(pos, t * E.log(E.where(pos, t, 1.0)), 0.0) - t * x
-    if reduction == "batchmean":
-        total = R.sum(loss)
-        return total * (1.0 / x.shape[0]) if x.ndim else total
-    return reduce_loss(loss, reduction, "kl_div")
+    batch = x.shape[0] if reduction == "batchmean" and x.ndim else None
+    return reduce_loss(loss, reduction, "kl_div", denom=batch, extra=("batchmean",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,18 +423,19 @@ def kl_div(
 # --------------------------------------------------------------------------------------------
 
 
+def _times_same_shape(loss: Tensor, weight: Any, op: str) -> Tensor:
+    """``weight * loss`` for a weight of the loss's shape (mse, l1, huber)."""
+    w = S.astype(float_input(weight, op, "weight"), loss.dtype)
+    if w.shape != loss.shape:
+        raise ValueError(f"{op}: weight must have the input's shape {loss.shape}, got {w.shape}")
+    return loss * w
+
+
 def _weighted_mean(loss: Tensor, weight: Any, reduction: str, op: str) -> Tensor:
     """``weight * loss`` reduced, the mean dividing by ``sum(weight)`` (PyTorch's mse/l1 rule)."""
     check_reduction(reduction, op)
     w = S.astype(float_input(weight, op, "weight"), loss.dtype)
-    if w.shape != loss.shape:
-        raise ValueError(f"{op}: weight must have the input's shape {loss.shape}, got {w.shape}")
-    loss = loss * w
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return R.sum(loss)
-    return R.sum(loss) / R.sum(w)
+    return reduce_loss(_times_same_shape(loss, w, op), reduction, op, denom=R.sum(w))
 
 
 # mse with 'mean' or 'sum': one primitive (the difference, square and sum would be four
@@ -533,12 +519,7 @@ def huber_loss(
         raise ValueError(f"huber_loss: delta must be positive, got {delta}")
     loss = _huber(x - t, delta)
     if weight is not None:
-        w = S.astype(float_input(weight, "huber_loss", "weight"), loss.dtype)
-        if w.shape != loss.shape:
-            raise ValueError(
-                f"huber_loss: weight must have the input's shape {loss.shape}, got {w.shape}"
-            )
-        loss = loss * w
+        loss = _times_same_shape(loss, weight, "huber_loss")
     return reduce_loss(loss, reduction, "huber_loss")
 
 

@@ -16,7 +16,7 @@ submodules (and lists/dicts of them) depth first.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from .. import _autodiff
@@ -153,7 +153,7 @@ class Module:
                 return p
         raise AttributeError(f"get_parameter: {type(self).__name__} has no parameter '{target}'")
 
-    # -- walking ----------------------------------------------------------------------------------
+    # -- walking: every listing below is a filter over one walk (``walk``) ---------------------
     def _fields(self) -> list[tuple[str, Any]]:
         """(name, value) of the public attributes, in the order set; containers override it."""
         reg = self._registered
@@ -161,40 +161,23 @@ class Module:
             (k, v) for k, v in vars(self).items() if (k[0] != "_" or k in reg) and k != "training"
         ]
 
-    def _members(
-        self, prefix: str, dedupe: bool, seen: set[int], active: set[int]
-    ) -> Iterator[tuple[str, Tensor, Module, str]]:
-        """(dotted name, tensor, owning module, local name): own parameters, own buffers, then
-        submodules depth first. ``dedupe`` visits a shared module once; ``active`` stops cycles."""
-        fields = self._fields()
-        for k, v in fields:
-            if isinstance(v, Parameter):
-                yield prefix + k, v, self, k
-        for k, v in fields:
-            if isinstance(v, Tensor) and not isinstance(v, Parameter):
-                yield prefix + k, v, self, k
-        active.add(id(self))
-        try:
-            for k, v in fields:
-                if not isinstance(v, Tensor):
-                    yield from _members_of(v, prefix + k, k, self, dedupe, seen, active)
-        finally:
-            active.discard(id(self))
-
     def named_modules(
         self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Module]]:
         """``(dotted name, module)`` for this module (name ``prefix``) and every one below it,
         depth first; a shared module once unless ``remove_duplicate=False`` (cycles never loop)."""
         seen = (memo if memo is not None else set()) if remove_duplicate else None
-        yield from _named_modules(self, prefix, seen, set())
+        for e in _Walk(dedupe=remove_duplicate, seen=seen).run(self, prefix):
+            if isinstance(e.value, Module):
+                yield e.path, e.value
 
     def _child_items(self) -> list[tuple[str, Module]]:
         """Direct submodules with their local names; a list attribute gives ``layers.0``, ..."""
-        out: list[tuple[str, Module]] = []
-        for k, v in self._fields():
-            _collect_modules(v, k, out)
-        return out
+        return [
+            (e.local, e.value)
+            for e in _Walk(dedupe=False, recurse=False).run(self)
+            if isinstance(e.value, Module) and e.owner is self
+        ]
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
         """``(name, module)`` for the direct submodules (a shared one once)."""
@@ -221,15 +204,7 @@ class Module:
 
         Walking from a module also tells each parameter its full path (``Parameter.name``).
         """
-        base = prefix + "." if prefix else ""
-        seen: set[int] = set()
-        for name, t, _, _ in self._walk(base, remove_duplicate, recurse):
-            if not isinstance(t, Parameter):
-                continue
-            if remove_duplicate:
-                if id(t) in seen:
-                    continue
-                seen.add(id(t))
+        for name, t in self._tensors(prefix, recurse, remove_duplicate, _is_parameter):
             if t.name is None or name.endswith("." + t.name):
                 t.name = name  # the path from the outermost module walked so far
             yield name, t
@@ -240,8 +215,8 @@ class Module:
             yield p
 
     def _parameter_list(self) -> list[Parameter]:
-        """``list(self.parameters())`` by a walk that builds no names (``tape.gradient(loss,
-        model)`` takes it every step), cached until any module's fields change.
+        """``list(self.parameters())`` (``tape.gradient(loss, model)`` takes it every step),
+        cached until any module's fields change.
 
         Every public assignment or deletion on any Module, and every change to a container
         (Sequential, ModuleList, ModuleDict), moves a global structure counter; a tree that
@@ -250,46 +225,34 @@ class Module:
         cached = self.__dict__.get("_param_cache")
         if cached is not None and cached[0] == _STRUCTURE[0]:
             return list(cached[1])
-        walk = _ParamWalk()
-        walk.module(self)
+        walk = _Walk(dedupe=True)
+        out = [t for _, t in _unique_tensors(walk.run(self), _is_parameter)]
         if not walk.mutable:
-            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], walk.out))
-        return list(walk.out)
+            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], out))
+        return list(out)
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Tensor]]:
         """``(dotted name, buffer)`` for every non-Parameter tensor (persistent or not)."""
-        base = prefix + "." if prefix else ""
-        seen: set[int] = set()
-        for name, t, _, _ in self._walk(base, remove_duplicate, recurse):
-            if isinstance(t, Parameter):
-                continue
-            if remove_duplicate:
-                if id(t) in seen:
-                    continue
-                seen.add(id(t))
-            yield name, t
+        return self._tensors(prefix, recurse, remove_duplicate, _is_buffer)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         """Every buffer, each once."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
-    def _walk(
-        self, base: str, dedupe: bool, recurse: bool = True
-    ) -> Iterator[tuple[str, Tensor, Module, str]]:
-        if recurse:
-            return self._members(base, dedupe, set(), set())
-        own: list[tuple[str, Tensor, Module, str]] = [
-            (base + k, v, self, k) for k, v in self._fields() if isinstance(v, Parameter)
-        ]
-        own += [
-            (base + k, v, self, k)
-            for k, v in self._fields()
-            if isinstance(v, Tensor) and not isinstance(v, Parameter)
-        ]
-        return iter(own)
+    def _tensors(
+        self, prefix: str, recurse: bool, remove_duplicate: bool, keep: Callable[[Any], bool]
+    ) -> Iterator[tuple[str, Any]]:
+        """``(dotted name, tensor)`` for the tensors ``keep`` accepts, from the walk;
+        without ``recurse`` only the module's own fields (not those in lists)."""
+        entries = _Walk(dedupe=remove_duplicate, recurse=recurse).run(self, prefix)
+        if not recurse:
+            entries = (e for e in entries if e.owner is self and "." not in e.local)
+        if remove_duplicate:
+            return _unique_tensors(entries, keep)
+        return ((e.path, e.value) for e in entries if keep(e.value))
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """The number of parameter elements (only those with ``requires_grad`` if asked)."""
@@ -308,10 +271,12 @@ class Module:
         ['weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked']
         """
         out: dict[str, Tensor] = {}
-        for name, t, owner, local in self._members(prefix, False, set(), set()):
-            if local.split(".", 1)[0] in owner._non_persistent or name in out:
+        for e in _Walk(dedupe=False).run(self, prefix, base=prefix):
+            if not isinstance(e.value, Tensor) or e.path in out:
                 continue
-            out[name] = t if keep_vars else _wrap(t._data)
+            if e.owner is not None and e.local.split(".", 1)[0] in e.owner._non_persistent:
+                continue
+            out[e.path] = e.value if keep_vars else _wrap(e.value._data)
         return out
 
     def load_state_dict(self, state_dict: Any, strict: bool = True) -> IncompatibleKeys:
@@ -415,11 +380,7 @@ class Module:
         d = as_dtype(dtype) if dtype is not None else None
         if d is not None and d.kind != "f":
             raise TypeError(f"Module.to: dtype must be a float dtype, got {d}")
-        seen: set[int] = set()
-        for _, t, _, _ in self._members("", True, set(), set()):
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
+        for _, t in _unique_tensors(_Walk(dedupe=True).run(self), _is_tensor):
             a = t._data
             if d is not None and a.dtype.kind == "f" and a.dtype != d:
                 a = a.astype(d)
@@ -440,7 +401,7 @@ class Module:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Module:
         # A copied Parameter must be a new leaf: fresh tape identity, on no tape.
-        for _, t, _, _ in self._members("", True, set(), set()):
+        for _, t in _unique_tensors(_Walk(dedupe=True).run(self), _is_tensor):
             if id(t) not in memo:
                 memo[id(t)] = _fresh_copy(t)
         new = type(self).__new__(type(self))
@@ -479,43 +440,127 @@ class Module:
 # ----------------------------------------------------------------------------------------------
 
 
-def _adopt(name: str, value: Any) -> None:
-    """Tell a newly set value its path: parameters their names, modules their local name."""
-    if isinstance(value, Parameter):
-        if value.name is None:
-            value.name = name
-    elif isinstance(value, Module):
-        for sub, m in value.named_modules(prefix=name):
-            if m._path is None or sub.endswith("." + m._path):
-                object.__setattr__(m, "_path", sub)
-        for sub, p in value.named_parameters():
-            full = f"{name}.{sub}"
-            if p.name is None or full.endswith("." + p.name):
-                p.name = full
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _adopt(f"{name}.{i}", item)
-    elif isinstance(value, dict):
-        for k, item in value.items():
-            _adopt(f"{name}.{k}", item)
+class Entry(NamedTuple):
+    """One step of the walk: a module or a tensor, its dotted path, the module whose field
+    holds it (None for the root) and its name within that module (``layers.0`` for a list)."""
+
+    path: str
+    owner: Module | None
+    local: str
+    value: Any
 
 
-def _members_of(  # noqa: PLR0917 - the walk's state, passed down the recursion
-    v: Any, name: str, local: str, owner: Module, dedupe: bool, seen: set[int], active: set[int]
-) -> Iterator[tuple[str, Tensor, Module, str]]:
-    if isinstance(v, Tensor):
-        yield name, v, owner, local
-    elif isinstance(v, Module):
-        if id(v) in active or (dedupe and id(v) in seen):
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+
+
+def _is_parameter(v: Any) -> bool:
+    return isinstance(v, Parameter)
+
+
+def _is_buffer(v: Any) -> bool:
+    return isinstance(v, Tensor) and not isinstance(v, Parameter)
+
+
+def _is_tensor(v: Any) -> bool:
+    return isinstance(v, Tensor)
+
+
+class _Walk:
+    """The one walk of a module tree, in PyTorch's order: a module, then its own parameters,
+    then its own buffers, then its other fields (submodules, lists, tuples and dicts of them)
+    depth first. Every listing of a Module (parameters, buffers, modules, children,
+    ``state_dict``, the naming of new fields, the cached parameter list) filters its entries.
+
+    ``dedupe`` visits a shared module once (a cycle is never followed either way);
+    ``recurse=False`` lists the modules found in the root's fields without entering them.
+    ``mutable`` is set once a plain list or dict holding modules or tensors was crossed (it
+    can change unseen, so a parameter list read through it cannot be cached).
+    """
+
+    __slots__ = ("active", "dedupe", "mutable", "recurse", "seen")
+
+    def __init__(
+        self, dedupe: bool = True, recurse: bool = True, seen: set[int] | None = None
+    ) -> None:
+        self.dedupe = dedupe
+        self.recurse = recurse
+        self.seen: set[int] = seen if seen is not None else set()  # modules visited
+        self.active: set[int] = set()  # modules on the current path (cycles)
+        self.mutable = False
+
+    def run(self, root: Any, path: str = "", base: str | None = None) -> Iterator[Entry]:
+        """Entries for ``root`` (a Module, or a list/dict of them) at ``path``; its fields are
+        named ``base + name`` (``path + "."`` unless given: ``state_dict`` takes a raw prefix)."""
+        if isinstance(root, Module):
+            if base is None:
+                base = path + "." if path else ""
+            return self._module(root, path, None, "", base)
+        return self._value(root, path, None, "")
+
+    def _module(
+        self, m: Module, path: str, owner: Module | None, local: str, base: str
+    ) -> Iterator[Entry]:
+        if id(m) in self.active or (self.dedupe and id(m) in self.seen):
             return
-        seen.add(id(v))
-        yield from v._members(name + ".", dedupe, seen, active)
-    elif isinstance(v, (list, tuple)):
-        for i, item in enumerate(v):
-            yield from _members_of(item, f"{name}.{i}", f"{local}.{i}", owner, dedupe, seen, active)
-    elif isinstance(v, dict):
-        for k, item in v.items():
-            yield from _members_of(item, f"{name}.{k}", f"{local}.{k}", owner, dedupe, seen, active)
+        self.seen.add(id(m))
+        yield Entry(path, owner, local, m)
+        fields = m._fields()
+        for k, v in fields:
+            if isinstance(v, Parameter):
+                yield Entry(base + k, m, k, v)
+        for k, v in fields:
+            if isinstance(v, Tensor) and not isinstance(v, Parameter):
+                yield Entry(base + k, m, k, v)
+        self.active.add(id(m))
+        try:
+            for k, v in fields:
+                if not isinstance(v, Tensor):
+                    yield from self._value(v, base + k, m, k)
+        finally:
+            self.active.discard(id(m))
+
+    def _value(self, v: Any, path: str, owner: Module | None, local: str) -> Iterator[Entry]:
+        if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
+            return
+        if isinstance(v, Tensor):
+            yield Entry(path, owner, local, v)
+        elif isinstance(v, Module):
+            if self.recurse or owner is None:
+                yield from self._module(v, path, owner, local, path + ".")
+            else:
+                yield Entry(path, owner, local, v)
+        elif isinstance(v, (list, tuple, dict)):
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, item in items:
+                if type(item) not in _ATOMS:
+                    self.mutable = self.mutable or not isinstance(v, tuple)
+                    yield from self._value(item, f"{path}.{k}", owner, f"{local}.{k}")
+
+
+def _unique_tensors(
+    entries: Iterable[Entry], keep: Callable[[Any], bool]
+) -> Iterator[tuple[str, Any]]:
+    """``(path, tensor)`` for the entries whose value ``keep`` accepts, each tensor once."""
+    seen: set[int] = set()
+    for e in entries:
+        if keep(e.value) and id(e.value) not in seen:
+            seen.add(id(e.value))
+            yield e.path, e.value
+
+
+def _adopt(name: str, value: Any) -> None:
+    """Tell a newly set value its path: modules their paths, parameters their names (a
+    parameter inside a module takes the longer path of an outer module it is set on)."""
+    seen: set[int] = set()
+    for e in _Walk(dedupe=True).run(value, name):
+        v = e.value
+        if isinstance(v, Module):
+            if v._path is None or e.path.endswith("." + v._path):
+                object.__setattr__(v, "_path", e.path)
+        elif isinstance(v, Parameter) and id(v) not in seen:
+            seen.add(id(v))
+            if v.name is None or (e.owner is not None and e.path.endswith("." + v.name)):
+                v.name = e.path
 
 
 _STRUCTURE = [0]  # moves whenever a module's fields or a container's items change
@@ -524,86 +569,6 @@ _STRUCTURE = [0]  # moves whenever a module's fields or a container's items chan
 def structure_changed() -> None:
     """Invalidate cached parameter lists (containers call it when their items change)."""
     _STRUCTURE[0] += 1
-
-
-_ATOMS = frozenset({int, float, str, bool, type(None)})
-
-
-class _ParamWalk:
-    """The walk behind ``Module._parameter_list``: parameters in ``parameters()`` order, each
-    once; ``mutable`` is set when a plain list or dict holding modules or tensors was crossed."""
-
-    __slots__ = ("active", "mods", "mutable", "out", "seen")
-
-    def __init__(self) -> None:
-        self.out: list[Parameter] = []
-        self.seen: set[int] = set()  # parameters taken
-        self.mods: set[int] = set()  # modules visited
-        self.active: set[int] = set()  # modules on the current path (cycles)
-        self.mutable = False
-
-    def module(self, m: Module) -> None:
-        fields = m._fields()
-        for _, v in fields:
-            if isinstance(v, Parameter):
-                self.param(v)
-        self.active.add(id(m))
-        for _, v in fields:
-            if not isinstance(v, Tensor):
-                self.value(v)
-        self.active.discard(id(m))
-
-    def param(self, p: Parameter) -> None:
-        if id(p) not in self.seen:
-            self.seen.add(id(p))
-            self.out.append(p)
-
-    def value(self, v: Any) -> None:
-        if type(v) in _ATOMS:  # settings such as kernel sizes: most fields
-            return
-        if isinstance(v, Parameter):
-            self.param(v)
-        elif isinstance(v, Module):
-            if id(v) not in self.active and id(v) not in self.mods:
-                self.mods.add(id(v))
-                self.module(v)
-        elif isinstance(v, (list, tuple, dict)):
-            items = v.values() if isinstance(v, dict) else v
-            for item in items:
-                if type(item) not in _ATOMS:
-                    # a plain list or dict of modules or tensors can change unseen
-                    self.mutable = self.mutable or not isinstance(v, tuple)
-                    self.value(item)
-
-
-def _named_modules(
-    m: Module, prefix: str, seen: set[int] | None, active: set[int]
-) -> Iterator[tuple[str, Module]]:
-    if id(m) in active:
-        return
-    if seen is not None:
-        if id(m) in seen:
-            return
-        seen.add(id(m))
-    yield prefix, m
-    active.add(id(m))
-    try:
-        base = prefix + "." if prefix else ""
-        for name, c in m._child_items():
-            yield from _named_modules(c, base + name, seen, active)
-    finally:
-        active.discard(id(m))
-
-
-def _collect_modules(v: Any, name: str, out: list[tuple[str, Module]]) -> None:
-    if isinstance(v, Module):
-        out.append((name, v))
-    elif isinstance(v, (list, tuple)):
-        for i, item in enumerate(v):
-            _collect_modules(item, f"{name}.{i}", out)
-    elif isinstance(v, dict):
-        for k, item in v.items():
-            _collect_modules(item, f"{name}.{k}", out)
 
 
 def _fresh_copy(t: Tensor) -> Tensor:

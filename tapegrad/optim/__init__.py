@@ -17,6 +17,7 @@ objects in :mod:`tapegrad.optim.lr_scheduler`) and a weight EMA (:class:`ModelEM
 from . import lr_scheduler, schedules
 from ._adagrad import Adagrad
 from ._adam import Adam, AdamW
+from ._adaptive import Adadelta, Adamax, NAdam, RAdam
 from ._ema import EMA, ModelEMA
 from ._lbfgs import LBFGS
 from ._optimizer import Optimizer
@@ -38,9 +39,11 @@ __all__ = [
     "EMA",
     "LBFGS",
     "SGD",
+    "Adadelta",
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
     "CosineAnnealingLR",
     "ExponentialLR",
     "LRScheduler",
@@ -48,8 +51,10 @@ __all__ = [
     "LinearLR",
     "ModelEMA",
     "MultiStepLR",
+    "NAdam",
     "OneCycleLR",
     "Optimizer",
+    "RAdam",
     "RMSprop",
     "StepLR",
     "WarmupCosine",

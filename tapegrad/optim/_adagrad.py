@@ -61,13 +61,10 @@ class Adagrad(Optimizer):
         return {"step": 0, "sum": B.xp_of(p).full_like(p, group["initial_accumulator_value"])}
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        lr, eps = group["lr"], group["eps"]
         state["step"] += 1
         clr = lr / (1.0 + (state["step"] - 1) * group["lr_decay"])
-        d = g
-        if wd:
-            d = np.multiply(p, wd, out=self.tmp(p, 0))
-            d += g
+        d = self.weight_decay(p, g, group)
         acc = state["sum"]
         s = self.tmp(p, 1)
         acc += np.multiply(d, d, out=s)

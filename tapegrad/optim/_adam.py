@@ -85,17 +85,11 @@ class Adam(Optimizer):
         return st
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        lr, eps = group["lr"], group["eps"]
         beta1, beta2 = group["betas"]
         state["step"] += 1
         t = state["step"]
-        d = g
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p *= 1.0 - lr * wd
-            else:
-                d = np.multiply(p, wd, out=self.tmp(p, 0))
-                d += g
+        d = self.weight_decay(p, g, group)
         m, v = state["exp_avg"], state["exp_avg_sq"]
         s = self.tmp(p, 1)
         m *= beta1

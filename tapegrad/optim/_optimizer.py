@@ -45,6 +45,8 @@ class Optimizer:
     defaults: dict[str, Any]
     # The state entries that are arrays shaped like the parameter (the rest are numbers).
     array_state: ClassVar[tuple[str, ...]] = ()
+    # The state entries that are numbers other than the step count (NAdam's mu_product).
+    scalar_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -132,6 +134,23 @@ class Optimizer:
         """Update the array ``p`` in place from its gradient ``g``."""
         raise NotImplementedError
 
+    def weight_decay(self, p: Any, g: Any, group: dict[str, Any], tmp: Any = None) -> Any:
+        """The group's weight decay, applied first by every rule; returns the gradient to use.
+
+        Coupled (L2, PyTorch's default): ``g + weight_decay * p`` (in scratch slot 0 of
+        ``tmp``, ``self.tmp`` unless given). Decoupled (``decoupled_weight_decay=True``, AdamW):
+        ``p *= 1 - lr * weight_decay`` in place, and ``g`` unchanged.
+        """
+        wd = group.get("weight_decay", 0.0)
+        if not wd:
+            return g
+        if group.get("decoupled_weight_decay", False):
+            p *= 1.0 - group["lr"] * wd
+            return g
+        d = np.multiply(p, wd, out=(tmp or self.tmp)(p, 0))
+        d += g
+        return d
+
     def tmp(self, like: Any, slot: int = 0) -> Any:
         """A scratch array shaped like ``like`` (its contents are garbage), reused across calls."""
         key = (like.shape, like.dtype, slot, type(like))
@@ -179,11 +198,26 @@ class Optimizer:
         if missing:
             self._raise_missing(missing, grads)
         for p, ga, group in work:
-            st = self.state.get(p)
-            if st is None:
-                st = self.state[p] = self.init_single(p._data, group)
-            self.apply_single(p._data, ga, st, group)
-            p._version += 1
+            self.update_one(p, ga, group)
+
+    def update_one(self, p: Tensor, g: Any, group: dict[str, Any]) -> None:
+        """Update one parameter in place from its gradient array ``g`` (of ``p``'s shape), by
+        the rule of ``group``: its state is made by ``init_single`` on first use, the rule is
+        ``apply_single``, and ``p``'s version moves. ``step`` calls it for each parameter once
+        the gradients are checked; ``tg.compile`` calls it with a compiled step's gradients.
+
+        >>> import tapegrad as tg
+        >>> w = tg.Parameter(tg.tensor([1.0]))
+        >>> opt = tg.optim.SGD([w], lr=0.5)
+        >>> opt.update_one(w, tg.tensor([1.0]).numpy(), opt.param_groups[0])
+        >>> w.item()
+        0.5
+        """
+        st = self.state.get(p)
+        if st is None:
+            st = self.state[p] = self.init_single(p._data, group)
+        self.apply_single(p._data, g, st, group)
+        p._version += 1
 
     def _raise_missing(self, missing: list[Tensor], grads: Any) -> None:
         lines = []
@@ -329,6 +363,11 @@ class Optimizer:
                 if a is None or a.shape != () or a.dtype.kind not in "iuf" or not 0 <= a < 2**62:
                     raise ValueError(f"{where}: 'step' must be a count >= 0, got {val!r}")
                 out[k] = int(a.item())
+            elif k in self.scalar_state:
+                a = _asarray(v)
+                if a is None or a.shape != () or a.dtype.kind not in "iuf":
+                    raise ValueError(f"{where}: '{k}' must be a number, got {val!r}")
+                out[k] = float(a.item())
             else:
                 raise ValueError(
                     f"{where} has entry {k!r}, which {type(self).__name__} does not keep (it "

@@ -74,12 +74,9 @@ class RMSprop(Optimizer):
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-        wd, mom = group["weight_decay"], group["momentum"]
+        mom = group["momentum"]
         state["step"] += 1
-        d = g
-        if wd:
-            d = np.multiply(p, wd, out=self.tmp(p, 0))
-            d += g
+        d = self.weight_decay(p, g, group)
         v = state["square_avg"]
         s = self.tmp(p, 1)
         v *= alpha

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._backend import np
 from ._optimizer import Optimizer
+
+if TYPE_CHECKING:  # the pool is made on first use: no thread machinery at import time
+    from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 1 << 16  # elements per piece when updating a large parameter (256 KiB of float32)
 SMALL = 1 << 14  # up to here a temporary costs less than finding the scratch buffer
@@ -17,6 +19,8 @@ _POOL: list[Any] = []
 def _pool() -> tuple[ThreadPoolExecutor, int]:
     """Threads for updating large parameters: one per core, at most 4, made on first use."""
     if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
         n = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
         _POOL.append((ThreadPoolExecutor(max(1, n - 1), thread_name_prefix="tapegrad-sgd"), n))
     return _POOL[0]
@@ -139,13 +143,7 @@ class SGD(Optimizer):
         if not (mom or wd) and p.size <= SMALL:  # plain SGD on a small array: no scratch lookup
             p -= g * lr
             return
-        d = g
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p *= 1.0 - lr * wd
-            else:
-                d = np.multiply(p, wd, out=tmp(p, 0))
-                d += g
+        d = self.weight_decay(p, g, group, tmp)
         s = tmp(p, 1)
         if mom:
             buf = state.get("momentum_buffer")

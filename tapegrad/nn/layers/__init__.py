@@ -30,7 +30,14 @@ from .activation_extra import (
     Tanhshrink,
 )
 from .attention import MultiheadAttention
-from .container import ModuleDict, ModuleList, Residual, Sequential
+from .container import (
+    ModuleDict,
+    ModuleList,
+    ParameterDict,
+    ParameterList,
+    Residual,
+    Sequential,
+)
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .distance import CosineSimilarity, PairwiseDistance
 from .dropout import Dropout
@@ -87,6 +94,7 @@ from .pooling import (
     MaxPool1d,
     MaxPool2d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .shrink import Hardshrink, Softmax2d, Softshrink, Threshold
 from .transformer import (
     Transformer,
@@ -100,6 +108,12 @@ from .upsampling import Upsample
 __all__ = [
     "ELU",
     "GELU",
+    "GRU",
+    "GRUCell",
+    "LSTM",
+    "LSTMCell",
+    "RNN",
+    "RNNCell",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool2d",
     "AvgPool1d",
@@ -134,6 +148,8 @@ __all__ = [
     "MaxPool2d",
     "ModuleDict",
     "ModuleList",
+    "ParameterDict",
+    "ParameterList",
     "MultiheadAttention",
     "NLLLoss",
     "PReLU",

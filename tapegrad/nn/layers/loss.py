@@ -12,15 +12,8 @@ from typing import Any
 
 from ..._tensor import Tensor
 from .. import functional as F
+from .._f_common import legacy_reduction
 from .._module import Module
-
-
-def _reduction(size_average: Any, reduce: Any, reduction: str) -> str:
-    if size_average is None and reduce is None:
-        return reduction
-    if reduce is False:
-        return "none"
-    return "sum" if size_average is False else "mean"
 
 
 def _buffer(t: Any) -> Tensor | None:
@@ -34,7 +27,7 @@ class _Loss(Module):
 
     def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
         super().__init__()
-        self.reduction = _reduction(size_average, reduce, reduction)
+        self.reduction = legacy_reduction(size_average, reduce, reduction)
 
 
 class _WeightedLoss(_Loss):
