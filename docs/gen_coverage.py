@@ -30,7 +30,7 @@ ReLU ReLU6 LeakyReLU Tanh Sigmoid Hardswish Hardsigmoid SiLU GELU ELU Softmax Lo
 Dropout2d MaxPool2d AvgPool2d AdaptiveAvgPool2d Embedding Flatten Identity Sequential ModuleList
 ReflectionPad2d ZeroPad2d PixelShuffle Upsample MultiheadAttention Transformer
 TransformerEncoder TransformerEncoderLayer TransformerDecoder TransformerDecoderLayer
-CrossEntropyLoss NLLLoss MSELoss L1Loss BCELoss BCEWithLogitsLoss
+CrossEntropyLoss NLLLoss MSELoss L1Loss BCELoss BCEWithLogitsLoss RNN LSTM GRU LSTMCell
 """.split()
 
 _3D = "3-d convolution and pooling are not offered (no 3-d im2col); the 1-d/2-d forms are"
