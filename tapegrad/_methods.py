@@ -13,7 +13,7 @@ from .ops import _linalg as L
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
-from .ops._common import operands
+from .ops._common import check_axis, operands
 
 
 def _reflect(f: Any) -> Any:
@@ -239,3 +239,251 @@ def _to_device_vjp(xp: Any, g: Any, ans: Any, x: Any, device: str) -> Any:
 _TO_DEVICE = _tape.defprim("to_device", B.to_device, _to_device_vjp)
 
 _bind()
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch spellings: the Tensor methods a PyTorch program calls, and the guards for spellings
+# that numpy and PyTorch both accept with different meanings (docs/from_pytorch.md).
+#
+# Tape rules for in-place arithmetic (add_, sub_, mul_, div_, clamp_, fill_, zero_, copy_): on
+# a tensor that no recording tape holds they change the array in place and bump the version; on
+# a tensor a recording tape holds they raise (write ``x = x * 2``); a tape that saved the tensor
+# before it changed raises at backward time (the version check).
+# ---------------------------------------------------------------------------------------------
+
+
+class _Size(int):
+    """``x.size``: numpy's element count (an int), callable as PyTorch's ``x.size()`` (the
+    shape) and ``x.size(dim)`` (one dimension)."""
+
+    _shape: tuple[int, ...]
+
+    def __new__(cls, shape: tuple[int, ...]) -> _Size:
+        out = super().__new__(cls, int(np.prod(shape, dtype=np.int64)))
+        out._shape = shape
+        return out
+
+    def __call__(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self._shape
+        return self._shape[check_axis(dim, len(self._shape), "size")]
+
+
+def _torch_inplace(name: str, f: Any) -> Any:
+    def op(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if _tape.is_grad_enabled() and any(tp._recording for tp in self._tapes):
+            raise RuntimeError(
+                f"{name}: the tensor (shape {self.shape}) is on a recording tape, and an in-place "
+                f"change would hide the old value from it; write the out-of-place form "
+                f"(x = x.{name[:-1]}(...) or x = x * 2), or run it under tg.no_grad() on a "
+                "tensor the tape did not save"
+            )
+        args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
+        kwargs = {k: v._data if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+        new = np.asarray(f(self._data, *args, **kwargs))
+        if np.broadcast_shapes(new.shape, self.shape) != self.shape:
+            raise ValueError(f"{name}: the result has shape {new.shape}, the tensor {self.shape}")
+        if new.dtype != self.dtype and not np.can_cast(new.dtype, self.dtype, "same_kind"):
+            raise TypeError(
+                f"{name}: a {new.dtype} result cannot be stored in a {self.dtype} tensor"
+            )
+        self._data[...] = new
+        self._version += 1
+        return self
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"In place, as PyTorch's ``{name}`` (refused on a recording tape)."
+    return op
+
+
+def _add(a: Any, other: Any, alpha: float = 1) -> Any:
+    return a + alpha * np.asarray(other)
+
+
+def _sub(a: Any, other: Any, alpha: float = 1) -> Any:
+    return a - alpha * np.asarray(other)
+
+
+def _clamp(a: Any, min: Any = None, max: Any = None) -> Any:
+    return np.clip(a, min, max)
+
+
+def _bmm(self: Tensor, other: Any) -> Tensor:
+    """PyTorch's ``bmm``: (B, n, k) @ (B, k, m); both must be 3-d."""
+    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
+    if self.ndim != 3 or other.ndim != 3 or self.shape[0] != other.shape[0]:
+        raise ValueError(
+            f"bmm: needs (B, n, k) and (B, k, m), got {self.shape} and {other.shape}; "
+            "use matmul (@) to broadcast"
+        )
+    return L.matmul(self, other)
+
+
+def _mm(self: Tensor, other: Any) -> Tensor:
+    """PyTorch's ``mm``: (n, k) @ (k, m); both must be 2-d."""
+    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
+    if self.ndim != 2 or other.ndim != 2:
+        raise ValueError(
+            f"mm: needs two 2-d tensors, got {self.shape} and {other.shape}; use matmul (@)"
+        )
+    return L.matmul(self, other)
+
+
+def _new(self: Tensor, data: Any, dtype: Any = None) -> Tensor:
+    a = data._data if isinstance(data, Tensor) else data
+    return _wrap(np.array(a, dtype=self.dtype if dtype is None else dtype))
+
+
+def _new_full_like(fill: Any) -> Any:
+    def op(self: Tensor, *size: Any, dtype: Any = None) -> Tensor:
+        if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+            size = tuple(size[0])
+        return _wrap(np.full(size, fill, dtype=self.dtype if dtype is None else dtype))
+
+    return op
+
+
+def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None) -> Tensor:
+    return _wrap(np.full(tuple(size), fill_value, dtype=self.dtype if dtype is None else dtype))
+
+
+def _data_view(self: Tensor) -> Tensor:
+    """PyTorch's ``x.data``: a tensor sharing memory with ``x``, on no tape (changing it
+    changes ``x`` without the tape knowing; ``detach()`` is the same)."""
+    return _wrap(self._data)
+
+
+def _set_data(self: Tensor, value: Any) -> None:
+    a = value._data if isinstance(value, Tensor) else np.asarray(value)
+    self._data = a
+    self._version += 1
+
+
+def _split(self: Tensor, split_size_or_sections: Any, axis: int = 0, *, dim: Any = None) -> Any:
+    """numpy's ``split`` (an int is a number of equal sections, a list the indices to split
+    at); an int whose two meanings differ (PyTorch reads it as the size of each piece) raises."""
+    ax = axis if dim is None else dim
+    k = split_size_or_sections
+    if isinstance(k, (int, np.integer)):
+        n = self.shape[S.check_axis(ax, self.ndim, "split")]
+        if int(k) * int(k) != n:  # sections of k equal k pieces of k only when n == k * k
+            raise ValueError(
+                f"split: x.split({k}, {ax}) on an axis of size {n} means {k} equal sections "
+                f"in numpy and pieces of size {k} in PyTorch; write x.chunk({-(-n // int(k))}, "
+                f"{ax}) for pieces of size {k}, or x.split(list_of_indices, {ax}) / "
+                f"tg.split(x, {k}, axis={ax}) for numpy's sections"
+            )
+    return S.split(self, k, axis=ax)
+
+
+_MAX_MESSAGE = (
+    "{name}: x.{name}({dim}) means the {vals} over axis {dim} in numpy and (values, indices) "
+    "in PyTorch; write x.{name}(axis={dim}) for the values, or x.{name}(dim={dim}) for "
+    "PyTorch's (values, indices) pair"
+)
+
+
+def _reduce_with_indices(name: str, values: Any, indices: Any) -> Any:
+    def op(self: Tensor, *args: Any, axis: Any = None, keepdims: bool = False,
+           dim: Any = None, keepdim: Any = None) -> Any:  # fmt: skip
+        if args and isinstance(args[0], (int, np.integer)):
+            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0], vals=name + "imum"))
+        if args:  # x.max(other): numpy has no such method form; PyTorch's elementwise max
+            raise TypeError(f"{name}: takes axis= (numpy) or dim= (PyTorch), got {args!r}")
+        if dim is not None:
+            kd = bool(keepdim)
+            return _ValuesIndices(values(self, axis=dim, keepdims=kd),
+                                  indices(self, axis=dim, keepdims=kd))  # fmt: skip
+        return values(self, axis=axis, keepdims=keepdims or bool(keepdim))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"numpy's ``x.{name}(axis=..., keepdims=...)`` (the values); PyTorch's "
+        f"``x.{name}(dim=d)`` returns ``(values, indices)``; a bare ``x.{name}(1)`` raises "
+        "since the two libraries read it differently."
+    )
+    return op
+
+
+class _ValuesIndices(tuple):  # type: ignore[type-arg]
+    """PyTorch's ``(values, indices)`` result of ``max(dim=...)``/``min(dim=...)``."""
+
+    def __new__(cls, values: Tensor, indices: Tensor) -> _ValuesIndices:
+        return super().__new__(cls, (values, indices))
+
+    @property
+    def values(self) -> Tensor:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def indices(self) -> Tensor:
+        return self[1]  # type: ignore[no-any-return]
+
+
+def _arg_torch(f: Any) -> Any:
+    def op(self: Tensor, axis: Any = None, keepdims: bool = False, *,
+           dim: Any = None, keepdim: Any = None) -> Tensor:  # fmt: skip
+        ax = axis if dim is None else dim
+        return f(self, axis=ax, keepdims=keepdims or bool(keepdim))  # type: ignore[no-any-return]
+
+    op.__name__ = op.__qualname__ = f.__name__
+    op.__doc__ = f.__doc__
+    return op
+
+
+def _spread(f: Any) -> Any:
+    def op(self: Tensor, axis: Any = None, keepdims: bool = False, correction: Any = None, *,
+           dim: Any = None, unbiased: Any = None, keepdim: Any = None, ddof: Any = None) -> Tensor:  # fmt: skip
+        torch_form = dim is not None or unbiased is not None or keepdim is not None
+        if correction is None:
+            if unbiased is not None:
+                correction = 1 if unbiased else 0
+            elif ddof is not None:
+                correction = ddof
+            else:  # PyTorch's default is Bessel's correction, numpy's none
+                correction = 1 if torch_form else 0
+        ax = axis if dim is None else dim
+        out = f(self, axis=ax, keepdims=keepdims or bool(keepdim), correction=correction)
+        return out  # type: ignore[no-any-return]
+
+    op.__name__ = op.__qualname__ = f.__name__
+    op.__doc__ = (
+        f"numpy's ``x.{f.__name__}(axis=..., keepdims=..., correction=0)``; with PyTorch's "
+        "keywords (``dim=``, ``unbiased=``, ``keepdim=``) PyTorch's default correction of 1."
+    )
+    return op
+
+
+def _bind_torch() -> None:
+    T = Tensor
+    methods: dict[str, Any] = {
+        "size": property(lambda self: _Size(self.shape)),
+        "bmm": _bmm,
+        "mm": _mm,
+        "new_tensor": _new,
+        "new_zeros": _new_full_like(0),
+        "new_ones": _new_full_like(1),
+        "new_empty": _new_full_like(0),
+        "new_full": _new_full,
+        "add_": _torch_inplace("add_", _add),
+        "sub_": _torch_inplace("sub_", _sub),
+        "mul_": _torch_inplace("mul_", np.multiply),
+        "div_": _torch_inplace("div_", np.true_divide),
+        "clamp_": _torch_inplace("clamp_", _clamp),
+        "fill_": _torch_inplace("fill_", np.full_like),
+        "zero_": _torch_inplace("zero_", np.zeros_like),
+        "copy_": _torch_inplace("copy_", lambda a, src: src),
+        "data": property(_data_view, _set_data),
+        "split": _split,
+        "max": _reduce_with_indices("max", R.amax, R.argmax),
+        "min": _reduce_with_indices("min", R.amin, R.argmin),
+        "argmax": _arg_torch(R.argmax),
+        "argmin": _arg_torch(R.argmin),
+        "var": _spread(R.var),
+        "std": _spread(R.std),
+    }
+    for name, f in methods.items():
+        setattr(T, name, f)
+
+
+_bind_torch()

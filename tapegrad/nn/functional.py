@@ -49,6 +49,18 @@ from ._f_activation import (
 )
 from ._f_attention import scaled_dot_product_attention
 from ._f_conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from ._f_extra import (
+    adaptive_avg_pool1d,
+    adaptive_max_pool1d,
+    hardshrink,
+    hinge_embedding_loss,
+    soft_margin_loss,
+    softshrink,
+    threshold,
+    triplet_margin_loss,
+    upsample_bilinear,
+    upsample_nearest,
+)
 from ._f_linear import bilinear, embedding, linear, one_hot
 from ._f_loss import (
     binary_cross_entropy,
@@ -82,6 +94,7 @@ from ._f_pool import (
     max_pool2d,
 )
 from ._f_resize import interpolate, pad, upsample
+from ._f_shuffle import fold, pixel_shuffle, pixel_unshuffle, unfold
 
 __all__ = [
     # activations
@@ -103,4 +116,10 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_embedding_loss",
     "cross_entropy", "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss",
     "nll_loss", "smooth_l1_loss",
+]  # fmt: skip
+__all__ += ["fold", "unfold", "pixel_shuffle", "pixel_unshuffle"]
+__all__ += [
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "hardshrink", "hinge_embedding_loss",
+    "soft_margin_loss", "softshrink", "threshold", "triplet_margin_loss", "upsample_bilinear",
+    "upsample_nearest",
 ]  # fmt: skip

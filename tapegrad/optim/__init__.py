@@ -19,6 +19,7 @@ from ._adagrad import Adagrad
 from ._adam import Adam, AdamW
 from ._adaptive import Adadelta, Adamax, NAdam, RAdam
 from ._ema import EMA, ModelEMA
+from ._lbfgs import LBFGS
 from ._optimizer import Optimizer
 from ._rmsprop import RMSprop
 from ._sgd import SGD
@@ -36,6 +37,7 @@ from .lr_scheduler import (
 
 __all__ = [
     "EMA",
+    "LBFGS",
     "SGD",
     "Adadelta",
     "Adagrad",
