@@ -12,7 +12,9 @@ from . import (
     _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
+    _numpy_api,  # noqa: F401  (numpy functions on Tensors run tapegrad's ops)
     data,
+    linalg,
     nn,
     optim,
     testing,
