@@ -20,6 +20,7 @@ PAGES = {
     "optim": ("tapegrad.optim", "Optimizers and learning-rate schedules."),
     "data": ("tapegrad.data", "Datasets and the DataLoader."),
     "testing": ("tapegrad.testing", "The gradient checker."),
+    "linalg": ("tapegrad.linalg", "numpy.linalg with gradients, and the matrix products."),
 }
 SKIP = {"annotations"}
 

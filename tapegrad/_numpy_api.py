@@ -15,27 +15,25 @@ import sys
 from typing import Any
 
 from ._autodiff import is_recording
-from ._autodiff._state import STATE
 from ._backend import np
 from ._tensor import Tensor, _wrap
 
 
 def _ops() -> Any:
-    return sys.modules["tapegrad.ops"]
+    return sys.modules["tapegrad"]
 
 
 # numpy functions whose tapegrad op has the same name and numpy's arguments
 _SAME = (
-    "abs absolute all any amax amin max min argmax argmin sum prod mean var std cumsum cumprod "
+    "abs all any amax amin max min argmax argmin sum prod mean var std cumsum cumprod "
     "clip where reshape ravel squeeze expand_dims transpose permute_dims swapaxes moveaxis "
     "broadcast_to concatenate concat stack vstack hstack column_stack dstack array_split hsplit "
     "vsplit dsplit append flip flipud fliplr rot90 rollaxis roll tril triu repeat tile take "
     "take_along_axis matmul einsum tensordot dot vdot inner outer kron cross diag diagonal "
     "sort partition diff select atleast_1d atleast_2d atleast_3d astype nan_to_num "
-    "zeros_like ones_like full_like empty_like round around sinc real_if_close logsumexp "
-    "linspace"
+    "zeros_like ones_like full_like empty_like sinc linspace"
 ).split()
-_RENAMED = {"trace": "matrix_trace", "split": "array_split_equal", "round_": "round"}
+_RENAMED = {"trace": "matrix_trace", "split": "array_split_equal"}
 _LINALG = "svd solve inv pinv det slogdet cholesky eigh qr norm matrix_power".split()
 # functions of shapes or comparisons of values: no gradient to lose, run on the values
 _VALUES = (
@@ -69,20 +67,66 @@ _ACCUMULATE = {"add": "cumsum", "multiply": "cumprod"}
 _FUNCTIONS: dict[Any, Any] = {}
 
 
+# numpy signatures that differ from tapegrad's op: small adapters
+def _reshape(
+    a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
+) -> Any:
+    if order != "C":
+        raise TypeError("numpy.reshape on a Tensor: only order='C' is supported")
+    return _ops().reshape(a, shape if shape is not None else newshape)
+
+
+def _round(a: Any, decimals: int = 0) -> Any:
+    tg = _ops()
+    if decimals == 0:
+        return tg.round(a)
+    scale = 10.0**decimals
+    return tg.round(a * scale) / scale
+
+
+def _nan_to_num(
+    x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None, neginf: Any = None
+) -> Any:
+    return _ops().nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+
+
+def _einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
+    return _ops().einsum(subscripts, *operands, **kwargs)
+
+
+def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    return _ops().astype(x, dtype)
+
+
+_ADAPTED = {
+    "reshape": _reshape,
+    "round": _round,
+    "around": _round,
+    "nan_to_num": _nan_to_num,
+    "einsum": _einsum,
+    "astype": _astype,
+}
+
+
 def _table() -> dict[Any, Any]:
-    if not _FUNCTIONS:
+    if not _FUNCTIONS:  # built on first use (tapegrad's namespace is complete by then)
+        table: dict[Any, Any] = {}
         ops = _ops()
         pairs = [(n, n) for n in _SAME] + list(_RENAMED.items())
         for np_name, tg_name in pairs:
             f, g = getattr(np, np_name, None), getattr(ops, tg_name, None)
             if f is not None and g is not None:
-                _FUNCTIONS[f] = g
+                table[f] = g
+        for np_name, adapter in _ADAPTED.items():
+            if hasattr(np, np_name):
+                table[getattr(np, np_name)] = adapter
         for name in _LINALG:
-            _FUNCTIONS[getattr(np.linalg, name)] = getattr(sys.modules["tapegrad.linalg"], name)
+            table[getattr(np.linalg, name)] = getattr(sys.modules["tapegrad.linalg"], name)
         for name in _VALUES:
             f = getattr(np, name, None)
             if f is not None:
-                _FUNCTIONS[f] = _on_values(f)
+                table[f] = _on_values(f)
+        _FUNCTIONS.update(table)  # one step: threads never see a partial table
     return _FUNCTIONS
 
 
@@ -166,8 +210,8 @@ def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: 
 def _on_recording_tape(t: Tensor) -> bool:
     if any(tp._recording for tp in t._tapes):
         return True
-    # a trainable Parameter joins a recording `with` tape at its first op
-    return bool(t._is_param and t.requires_grad and STATE.with_tapes and is_recording())  # type: ignore[attr-defined]
+    # a trainable Parameter joins a recording tape at its first op
+    return bool(t._is_param and t.requires_grad and is_recording())  # type: ignore[attr-defined]
 
 
 def _array(self: Tensor, dtype: Any = None, copy: Any = None) -> Any:

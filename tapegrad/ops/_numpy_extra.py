@@ -33,6 +33,8 @@ arcsinh = _unary("arcsinh", _floatin(np.arcsinh), lambda xp, g, ans, x: g / xp.s
 arccosh = _unary("arccosh", _floatin(np.arccosh), lambda xp, g, ans, x: g / xp.sqrt(x * x - 1.0))
 arctanh = _unary("arctanh", _floatin(np.arctanh), lambda xp, g, ans, x: g / (1.0 - x * x))
 exp2 = _unary("exp2", _floatin(np.exp2), lambda xp, g, ans, x: g * ans * _LN2, (OUT,), "``2 ** x``.")
+for _prim_op in (sinh, cosh, arcsin, arccos, arctan, arcsinh, arccosh, arctanh, exp2):
+    _prim_op.__module__ = __name__  # defined here (the API docs resolve names by module)
 
 _logaddexp = defprim(
     "logaddexp",
@@ -71,7 +73,8 @@ def logaddexp(x: Any, y: Any) -> Tensor:
     """``log(exp(x) + exp(y))`` without overflow.
 
     >>> import tapegrad as tg
-    >>> round(tg.logaddexp(tg.tensor(1000.0), tg.tensor(1000.0)).item(), 4)
+    >>> x = tg.tensor(1000.0, dtype=tg.float64)
+    >>> round(tg.logaddexp(x, x).item(), 4)
     1000.6931
     """
     return apply(_logaddexp, *_float_pair(x, y))
