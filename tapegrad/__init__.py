@@ -54,8 +54,10 @@ from ._creation import (
     ones_like,
     permutation,
     rand,
+    rand_like,
     randint,
     randn,
+    randn_like,
     tensor,
     uniform,
     zeros,
@@ -84,3 +86,5 @@ _malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TU
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
+float, double, long = float32, float64, int64  # noqa: A001  (PyTorch's dtype names)
+int = int32  # noqa: A001

@@ -293,6 +293,29 @@ def rand(
     return _draw(generator, "random", (_shape(shape),), d, device)
 
 
+def randn_like(
+    x: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Standard normal samples of ``x``'s shape, dtype (a float) and device; on no tape.
+
+    >>> import tapegrad as tg
+    >>> tg.randn_like(tg.zeros((2, 3), dtype=tg.float64)).dtype
+    dtype('float64')
+    """
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    d = dtype if dtype is not None else x.dtype if x.dtype.kind == "f" else None
+    return randn(*x.shape, dtype=d, device=device or x.device, generator=generator)
+
+
+def rand_like(
+    x: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Uniform samples in [0, 1) of ``x``'s shape, dtype (a float) and device; on no tape."""
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    d = dtype if dtype is not None else x.dtype if x.dtype.kind == "f" else None
+    return rand(*x.shape, dtype=d, device=device or x.device, generator=generator)
+
+
 def _params(*values: Any) -> tuple[list[Any], tuple[int, ...]]:
     """Distribution parameters as floats or float64 arrays, and their broadcast shape."""
     out = [

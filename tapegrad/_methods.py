@@ -239,3 +239,36 @@ def _to_device_vjp(xp: Any, g: Any, ans: Any, x: Any, device: str) -> Any:
 _TO_DEVICE = _tape.defprim("to_device", B.to_device, _to_device_vjp)
 
 _bind()
+
+
+# --- PyTorch's spellings (dim= / keepdim=, comparisons by name, narrow, view_as, type) --------
+def _type(self: Tensor, dtype: Any = None) -> Any:
+    """``x.type()``: the dtype's name; ``x.type(dtype)``: a cast (PyTorch's Tensor.type)."""
+    return str(self.dtype) if dtype is None else S.astype(self, dtype)
+
+
+def _bind_torch_names() -> None:
+    from .ops import _torch_names as TN  # noqa: PLC0415
+
+    T = Tensor
+    for name in TN.DIM_OPS:
+        f = getattr(T, name, None)
+        if f is not None and not isinstance(f, property):
+            setattr(T, name, TN.with_dim(f))
+    methods: dict[str, Any] = {
+        "eq": TN.eq,
+        "ne": TN.ne,
+        "lt": TN.lt,
+        "le": TN.le,
+        "gt": TN.gt,
+        "ge": TN.ge,
+        "narrow": TN.narrow,
+        "view_as": lambda self, other: S.reshape(self, other.shape),
+        "contiguous": lambda self: self,  # arrays here are always usable as they are
+        "type": _type,
+    }
+    for name, f in methods.items():
+        setattr(T, name, f)
+
+
+_bind_torch_names()

@@ -338,5 +338,12 @@ __all__ = [
 
 from .. import _autodiff
 from ._namespace import TensorNamespace
+from ._torch_names import DIM_OPS, cat, eq, ge, gt, le, lt, narrow, ne, with_dim
+
+# --- PyTorch's spellings: dim= / keepdim= on the public ops (the modules' own stay plain) ----
+for _name in DIM_OPS:
+    if _name in globals():
+        globals()[_name] = with_dim(globals()[_name])
+__all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne"]
 
 _autodiff.set_tensor_namespace(TensorNamespace())
