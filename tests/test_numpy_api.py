@@ -432,3 +432,30 @@ def test_linalg_errors_name_the_function_and_shape() -> None:
         tg.linalg.svd(tg.tensor(X))
     with pytest.raises(ValueError, match=r"cross: needs vectors of length 3"):
         tg.cross(tg.tensor(X), tg.tensor(X))
+
+
+# --- floating-point warnings ---------------------------------------------------------------------
+def test_kernels_do_not_warn_on_inf_and_nan_results() -> None:
+    # the suite runs with warnings as errors: any numpy RuntimeWarning here fails the test
+    mask = tg.log(tg.tril(tg.ones((3, 3), dtype=tg.float64)))  # the additive causal mask
+    assert np.isneginf(mask.numpy()[0, 1]) and mask.numpy()[1, 0] == 0.0
+    x = tg.tensor([0.0, 1.0, -1.0], dtype=tg.float64)
+    assert np.isinf(tg.arctanh(tg.tensor([1.0])).item())
+    for f in (tg.log, tg.sqrt, tg.reciprocal, lambda t: 1.0 / t, tg.rsqrt):
+        with tg.Tape() as tape:
+            tape.watch(x)
+            y = f(x)
+        g = tape.gradient(y, x, output_gradients=tg.ones_like(x)).numpy()
+        assert not np.isfinite(g[0])
+    assert np.isnan(tg.softmax(tg.tensor([[-np.inf, -np.inf]]), axis=1).numpy()).all()
+    assert np.isinf(tg.exp(tg.tensor(1000.0, dtype=tg.float64)).item())
+
+
+def test_fp_warnings_come_back_when_asked_for() -> None:
+    prev = tg.set_fp_warnings(True)
+    try:
+        with pytest.warns(RuntimeWarning, match="divide by zero"):
+            tg.log(tg.tensor([0.0]))
+    finally:
+        tg.set_fp_warnings(prev)
+    assert prev is False

@@ -337,6 +337,8 @@ __all__ = [
 ]
 
 from .. import _autodiff
+from ._fp_warnings import install as _install_quiet_kernels
+from ._fp_warnings import set_fp_warnings
 from ._namespace import TensorNamespace
 from ._torch_names import DIM_OPS, cat, eq, ge, gt, le, lt, narrow, ne, with_dim
 
@@ -344,6 +346,8 @@ from ._torch_names import DIM_OPS, cat, eq, ge, gt, le, lt, narrow, ne, with_dim
 for _name in DIM_OPS:
     if _name in globals():
         globals()[_name] = with_dim(globals()[_name])
-__all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne"]
+__all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne", "set_fp_warnings"]
+
+_install_quiet_kernels()
 
 _autodiff.set_tensor_namespace(TensorNamespace())
