@@ -61,6 +61,7 @@ _UFUNCS = {
     "logical_or": "logical_or", "logical_xor": "logical_xor", "logical_not": "logical_not",
     "isnan": "isnan", "isfinite": "isfinite", "isinf": "isinf",
 }  # fmt: skip
+_BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
 _REDUCE = {"add": "sum", "multiply": "prod", "maximum": "amax", "minimum": "amin"}
 _ACCUMULATE = {"add": "cumsum", "multiply": "cumprod"}
 
@@ -157,8 +158,8 @@ def _no_out(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             f"existing ones; drop out= and assign the result (y = numpy.{name}(...))"
         )
     kwargs.pop("out", None)
-    for k in ("where", "casting", "order", "subok", "dtype", "initial"):
-        if k in kwargs and k != "dtype":
+    for k in ("where", "casting", "order", "subok", "initial"):
+        if k in kwargs:
             raise TypeError(
                 f"numpy.{name}(..., {k}=...) is not supported on Tensors; compute it with "
                 "tapegrad ops (tg.where for masks)"
@@ -188,6 +189,16 @@ def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: 
     ops = _ops()
     kwargs = _no_out(name, kwargs)
     if method == "__call__":
+        if name in _BITWISE:  # the Tensor's own operator (`array & tensor`)
+            a, b = inputs
+            dunder = _BITWISE[name]
+            return (
+                getattr(a, f"__{dunder}__")(b)
+                if isinstance(a, Tensor)
+                else getattr(b, f"__r{dunder}__")(a)
+            )
+        if name == "invert":
+            return ~inputs[0]
         op = _UFUNCS.get(name)
         f = getattr(ops, op, None) if op else None
         if f is None:

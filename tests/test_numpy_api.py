@@ -459,3 +459,10 @@ def test_fp_warnings_come_back_when_asked_for() -> None:
     finally:
         tg.set_fp_warnings(prev)
     assert prev is False
+
+
+def test_bitwise_operators_with_an_array_on_the_left() -> None:
+    a, t = np.array([True, True, False]), tg.tensor([True, False, False])
+    assert (a & t).tolist() == [True, False, False] and (a | t).tolist() == [True, True, False]
+    assert (a ^ t).tolist() == [False, True, False] and np.invert(t).tolist() == [False, True, True]
+    assert (np.array([3, 5]) & tg.tensor([1, 4])).tolist() == [1, 4]
