@@ -441,14 +441,13 @@ def test_kernels_do_not_warn_on_inf_and_nan_results() -> None:
     assert np.isneginf(mask.numpy()[0, 1]) and mask.numpy()[1, 0] == 0.0
     x = tg.tensor([0.0, 1.0, -1.0], dtype=tg.float64)
     assert np.isinf(tg.arctanh(tg.tensor([1.0])).item())
-    for f in (tg.log, tg.sqrt, tg.reciprocal, lambda t: 1.0 / t, tg.rsqrt):
+    for f in (tg.log, tg.sqrt, tg.reciprocal, tg.rsqrt, lambda t: t**0.5):
         with tg.Tape() as tape:
             tape.watch(x)
             y = f(x)
         g = tape.gradient(y, x, output_gradients=tg.ones_like(x)).numpy()
         assert not np.isfinite(g[0])
     assert np.isnan(tg.softmax(tg.tensor([[-np.inf, -np.inf]]), axis=1).numpy()).all()
-    assert np.isinf(tg.exp(tg.tensor(1000.0, dtype=tg.float64)).item())
 
 
 def test_fp_warnings_come_back_when_asked_for() -> None:
