@@ -51,6 +51,10 @@ CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
     ("squeeze", lambda x: np.squeeze(x[None]), (X,)),
     ("expand_dims", lambda x: np.expand_dims(x, 1), (X,)),
     ("transpose", np.transpose, (X,)),
+    ("transpose/permute_dims", lambda x: np.permute_dims(x, (1, 0)), (X,)),
+    ("concatenate/concat", lambda x, y: np.concat([x, y]), (X, X)),
+    ("round/around", lambda x: np.around(x * 10, 1) + x, (X,)),
+    ("astype", lambda x: np.astype(x, np.float32) * 1.0, (X,)),
     ("swapaxes", lambda x: np.swapaxes(x, 0, 1), (X,)),
     ("moveaxis", lambda x: np.moveaxis(x, 0, -1), (X,)),
     ("broadcast_to", lambda v: np.broadcast_to(v, (3, 4)), (V,)),
@@ -170,6 +174,51 @@ def test_numpy_functions_record_tapegrad_ops(name: str, call: Callable, arrays: 
     grads = tape.gradient(total, xs)
     assert all(g.shape == x.shape for g, x in zip(grads, xs, strict=True))
     assert any(np.any(g.numpy() != 0) for g in grads), f"numpy.{name}: zero gradient"
+
+
+# numpy functions whose results have no gradient (indices, bools, new constants)
+CONSTANT_CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
+    ("all", lambda x: np.all(x > 0, axis=1), (X,)),
+    ("any", lambda x: np.any(x > 0), (X,)),
+    ("argmax", lambda x: np.argmax(x, axis=1), (X,)),
+    ("argmin", np.argmin, (X,)),
+    ("zeros_like", np.zeros_like, (X,)),
+    ("ones_like", np.ones_like, (X,)),
+    ("full_like", lambda x: np.full_like(x, 2.5), (X,)),
+    ("empty_like", lambda x: np.empty_like(x).shape, (X,)),
+]
+# spellings whose case above goes by another name
+ALSO = {"permute_dims": "transpose", "concat": "concatenate", "around": "round",
+        "trace": "trace"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "arrays"), CONSTANT_CASES, ids=[c[0] for c in CONSTANT_CASES]
+)
+def test_numpy_functions_without_gradients_return_tensors(
+    name: str, call: Callable, arrays: tuple
+) -> None:
+    got, want = call(*[tg.tensor(a) for a in arrays]), call(*arrays)
+    if isinstance(want, tuple):
+        assert got == want
+        return
+    assert isinstance(got, tg.Tensor), f"numpy.{name} on a Tensor returned {type(got).__name__}"
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_every_numpy_function_tapegrad_runs_has_a_case() -> None:
+    from tapegrad import _numpy_api  # noqa: PLC0415
+
+    cases = {c[0].split("/")[0] for c in CASES + CONSTANT_CASES}
+    value_fns = {getattr(np, n) for n in _numpy_api._VALUES if hasattr(np, n)}
+    missing = []
+    for f in _numpy_api._table():
+        if isinstance(f, np.ufunc) or f in value_fns:
+            continue  # ufuncs have their own cases; value functions are tested below
+        name = ("linalg." if "linalg" in (f.__module__ or "") else "") + f.__name__
+        if name not in cases and ALSO.get(name) not in cases:
+            missing.append(name)
+    assert not missing, f"numpy functions dispatched to tapegrad without a case: {missing}"
 
 
 def test_numpy_dot_gradient_is_the_product_rule() -> None:
