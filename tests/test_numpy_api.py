@@ -514,3 +514,22 @@ def test_bitwise_operators_with_an_array_on_the_left() -> None:
     assert (a & t).tolist() == [True, False, False] and (a | t).tolist() == [True, True, False]
     assert (a ^ t).tolist() == [False, True, False] and np.invert(t).tolist() == [False, True, True]
     assert (np.array([3, 5]) & tg.tensor([1, 4])).tolist() == [1, 4]
+
+
+def test_singular_values_and_eigenvalues_alone_have_gradients_when_repeated() -> None:
+    a = np.diag([2.0, 2.0, 1.0])[:, :2] + 0.0  # (3, 2) with equal singular values
+    x = tg.tensor(a)
+    with tg.Tape() as tape:
+        tape.watch(x)
+        y = tg.linalg.svd(x, compute_uv=False).sum()
+    t = torch.tensor(a, requires_grad=True)
+    torch.linalg.svdvals(t).sum().backward()
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), t.grad.numpy(), atol=1e-12)
+    s = np.diag([1.0, 1.0, 3.0])
+    x = tg.tensor(s)
+    with tg.Tape() as tape:
+        tape.watch(x)
+        w = (tg.linalg.eigh(x)[0] * tg.tensor([1.0, 1.0, 2.0], dtype=tg.float64)).sum()
+    t = torch.tensor(s, requires_grad=True)
+    (torch.linalg.eigvalsh(t) * torch.tensor([1.0, 1.0, 2.0], dtype=torch.float64)).sum().backward()
+    np.testing.assert_allclose(tape.gradient(w, x).numpy(), t.grad.numpy(), atol=1e-12)

@@ -164,10 +164,17 @@ def _eigh_vjp(xp: Any, g: Any, ans: Any, a: Any) -> Any:
     w, v = ans[..., 0, :], ans[..., 1:, :]
     gw, gv = g[..., 0, :], g[..., 1:, :]
     eye = _eye(xp, v, n)
-    dw = xp.expand_dims(w, -2) - xp.expand_dims(w, -1)  # w_j - w_i
-    f = (1.0 - eye) / (dw + eye)
-    inner = eye * xp.expand_dims(gw, -2) + f * xp.matmul(_T(xp, v), gv)
+    inner = eye * xp.expand_dims(gw, -2)
+    if _nonzero(xp, gv):  # eigenvalues alone: defined for repeated ones too (no 1 / (w_j - w_i))
+        dw = xp.expand_dims(w, -2) - xp.expand_dims(w, -1)  # w_j - w_i
+        f = (1.0 - eye) / (dw + eye)
+        inner = inner + f * xp.matmul(_T(xp, v), gv)
     return _sym(xp, xp.matmul(xp.matmul(v, inner), _T(xp, v)))
+
+
+def _nonzero(xp: Any, g: Any) -> bool:
+    """Whether a result's gradient has any non-zero entry (a constant decision)."""
+    return builtins.bool((xp.data(g) != 0).any())
 
 
 _eigh = defprim("linalg.eigh", _eigh_fwd, _eigh_vjp, (OUT,))
@@ -230,11 +237,15 @@ def _svd_vjp(xp: Any, g: Any, ans: Any, a: Any) -> Any:
     u, s, v = ans[..., :m, :], ans[..., m, :], ans[..., m + 1 :, :]
     gu, gs, gv = g[..., :m, :], g[..., m, :], g[..., m + 1 :, :]
     eye = _eye(xp, u, k)
+    t = eye * xp.expand_dims(gs, -2)
+    if not (_nonzero(xp, gu) or _nonzero(xp, gv)):
+        # singular values alone: u diag(gs) v^T, defined for repeated and zero ones too
+        return xp.matmul(xp.matmul(u, t), _T(xp, v))
     s_row, s_col = xp.expand_dims(s, -2), xp.expand_dims(s, -1)
     f = (1.0 - eye) / (s_row * s_row - s_col * s_col + eye)
     utgu = xp.matmul(_T(xp, u), gu)
     vtgv = xp.matmul(_T(xp, v), gv)
-    t = f * (utgu - _T(xp, utgu)) * s_row + eye * xp.expand_dims(gs, -2)
+    t = t + f * (utgu - _T(xp, utgu)) * s_row
     t = t + s_col * (f * (vtgv - _T(xp, vtgv)))
     out = xp.matmul(xp.matmul(u, t), _T(xp, v))
     if m < n:
@@ -275,7 +286,8 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
 
 def pinv(a: Any, rcond: float = 1e-15) -> Tensor:
     """The Moore-Penrose pseudo-inverse from the SVD (singular values below
-    ``rcond * max(s)`` dropped), so its gradient is the SVD's."""
+    ``rcond * max(s)`` dropped), so its gradient is the SVD's: it needs distinct singular
+    values (``pinv`` of a matrix with a repeated singular value has a NaN gradient)."""
     from ._elementwise import where  # noqa: PLC0415
     from ._reduce import amax  # noqa: PLC0415
 
