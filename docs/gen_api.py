@@ -21,6 +21,7 @@ PAGES = {
     "data": ("tapegrad.data", "Datasets and the DataLoader."),
     "testing": ("tapegrad.testing", "The gradient checker."),
     "distributed": ("tapegrad.distributed", "Data-parallel training on several processes (MPI)."),
+    "linalg": ("tapegrad.linalg", "numpy.linalg with gradients, and the matrix products."),
 }
 SKIP = {"annotations"}
 

@@ -12,8 +12,10 @@ from . import (
     _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
+    _numpy_api,  # noqa: F401  (numpy functions on Tensors run tapegrad's ops)
     data,
     distributed,
+    linalg,
     nn,
     optim,
     testing,
@@ -53,8 +55,10 @@ from ._creation import (
     ones_like,
     permutation,
     rand,
+    rand_like,
     randint,
     randn,
+    randn_like,
     tensor,
     uniform,
     zeros,
@@ -83,3 +87,5 @@ _malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TU
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
+float, double, long = float32, float64, int64  # noqa: A001  (PyTorch's dtype names)
+int = int32  # noqa: A001

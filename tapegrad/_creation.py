@@ -156,14 +156,33 @@ def linspace(
     device: Any = None,
 ) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop`` (included unless ``endpoint``
-    is False), in the default float unless ``dtype``.
+    is False), in the default float unless ``dtype``. Tensor endpoints are differentiable.
 
     >>> import tapegrad as tg
     >>> tg.linspace(0, 1, 5).tolist()
     [0.0, 0.25, 0.5, 0.75, 1.0]
     """
+    if isinstance(start, Tensor) or isinstance(stop, Tensor):
+        return _linspace_taped(start, stop, num, endpoint, dtype)
     a = np.linspace(start, stop, num, endpoint=endpoint)
     return _on(a.astype(as_dtype(dtype), copy=False), device)
+
+
+def _linspace_taped(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any) -> Tensor:
+    """numpy's formula ``start + i * (stop - start) / div`` (the last value ``stop``) on tensors."""
+    from . import ops  # noqa: PLC0415  (ops sit above creation)
+
+    s = start if isinstance(start, Tensor) else Tensor(start)
+    e = stop if isinstance(stop, Tensor) else Tensor(stop)
+    floats = [t.dtype for t in (s, e) if t.dtype.kind == "f"]
+    dt = as_dtype(dtype) if dtype is not None else np.result_type(*floats, default_float())
+    s, e = s.astype(dt), e.astype(dt)
+    div = num - 1 if endpoint else num
+    i = Tensor(np.arange(num, dtype=dt))
+    y = i * ((e - s) / div) + s if num > 1 else s * 1 + i * 0
+    if endpoint and num > 1:
+        y = ops.where(Tensor(np.arange(num) == num - 1), e, y)
+    return y
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
@@ -272,6 +291,29 @@ def rand(
     """Uniform samples in [0, 1) of ``shape``."""
     d = _fdtype(dtype)
     return _draw(generator, "random", (_shape(shape),), d, device)
+
+
+def randn_like(
+    x: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Standard normal samples of ``x``'s shape, dtype (a float) and device; on no tape.
+
+    >>> import tapegrad as tg
+    >>> tg.randn_like(tg.zeros((2, 3), dtype=tg.float64)).dtype
+    dtype('float64')
+    """
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    d = dtype if dtype is not None else x.dtype if x.dtype.kind == "f" else None
+    return randn(*x.shape, dtype=d, device=device or x.device, generator=generator)
+
+
+def rand_like(
+    x: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
+) -> Tensor:
+    """Uniform samples in [0, 1) of ``x``'s shape, dtype (a float) and device; on no tape."""
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    d = dtype if dtype is not None else x.dtype if x.dtype.kind == "f" else None
+    return rand(*x.shape, dtype=d, device=device or x.device, generator=generator)
 
 
 def _params(*values: Any) -> tuple[list[Any], tuple[int, ...]]:

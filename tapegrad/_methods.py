@@ -359,21 +359,11 @@ def _set_data(self: Tensor, value: Any) -> None:
     self._version += 1
 
 
-def _split(self: Tensor, split_size_or_sections: Any, axis: int = 0, *, dim: Any = None) -> Any:
-    """numpy's ``split`` (an int is a number of equal sections, a list the indices to split
-    at); an int whose two meanings differ (PyTorch reads it as the size of each piece) raises."""
-    ax = axis if dim is None else dim
-    k = split_size_or_sections
-    if isinstance(k, (int, np.integer)):
-        n = self.shape[S.check_axis(ax, self.ndim, "split")]
-        if int(k) * int(k) != n:  # sections of k equal k pieces of k only when n == k * k
-            raise ValueError(
-                f"split: x.split({k}, {ax}) on an axis of size {n} means {k} equal sections "
-                f"in numpy and pieces of size {k} in PyTorch; write x.chunk({-(-n // int(k))}, "
-                f"{ax}) for pieces of size {k}, or x.split(list_of_indices, {ax}) / "
-                f"tg.split(x, {k}, axis={ax}) for numpy's sections"
-            )
-    return S.split(self, k, axis=ax)
+def _split(self: Tensor, split_size_or_sections: Any, *args: Any, axis: Any = None,
+           dim: Any = None) -> Any:  # fmt: skip
+    """``tg.split`` as a method: ``axis=`` numpy's meaning, ``dim=`` PyTorch's; a call that
+    names neither raises where the two differ."""
+    return S.split(self, split_size_or_sections, *args, axis=axis, dim=dim)
 
 
 _MAX_MESSAGE = (
@@ -434,22 +424,17 @@ def _arg_torch(f: Any) -> Any:
 def _spread(f: Any) -> Any:
     def op(self: Tensor, axis: Any = None, keepdims: bool = False, correction: Any = None, *,
            dim: Any = None, unbiased: Any = None, keepdim: Any = None, ddof: Any = None) -> Tensor:  # fmt: skip
-        torch_form = dim is not None or unbiased is not None or keepdim is not None
-        if correction is None:
-            if unbiased is not None:
-                correction = 1 if unbiased else 0
-            elif ddof is not None:
-                correction = ddof
-            else:  # PyTorch's default is Bessel's correction, numpy's none
-                correction = 1 if torch_form else 0
-        ax = axis if dim is None else dim
-        out = f(self, axis=ax, keepdims=keepdims or bool(keepdim), correction=correction)
+        if correction is None and unbiased is not None:
+            correction = 1 if unbiased else 0
+        out = f(self, axis=axis, keepdims=keepdims, correction=correction, ddof=ddof, dim=dim,
+                keepdim=keepdim)  # fmt: skip
         return out  # type: ignore[no-any-return]
 
     op.__name__ = op.__qualname__ = f.__name__
     op.__doc__ = (
-        f"numpy's ``x.{f.__name__}(axis=..., keepdims=..., correction=0)``; with PyTorch's "
-        "keywords (``dim=``, ``unbiased=``, ``keepdim=``) PyTorch's default correction of 1."
+        f"``x.{f.__name__}(axis, ddof=0)`` (numpy's) or ``x.{f.__name__}(dim=..., "
+        "correction=1)`` (PyTorch's; ``dim=`` alone implies it); a call that names neither the "
+        "correction nor ``dim=`` raises, since the two libraries differ there."
     )
     return op
 
@@ -486,4 +471,35 @@ def _bind_torch() -> None:
         setattr(T, name, f)
 
 
+# --- PyTorch's spellings (dim= / keepdim=, comparisons by name, narrow, view_as, type) --------
+def _type(self: Tensor, dtype: Any = None) -> Any:
+    """``x.type()``: the dtype's name; ``x.type(dtype)``: a cast (PyTorch's Tensor.type)."""
+    return str(self.dtype) if dtype is None else S.astype(self, dtype)
+
+
+def _bind_torch_names() -> None:
+    from .ops import _torch_names as TN  # noqa: PLC0415
+
+    T = Tensor
+    for name in TN.DIM_OPS:
+        f = getattr(T, name, None)
+        if f is not None and not isinstance(f, property):
+            setattr(T, name, TN.with_dim(f))
+    methods: dict[str, Any] = {
+        "eq": TN.eq,
+        "ne": TN.ne,
+        "lt": TN.lt,
+        "le": TN.le,
+        "gt": TN.gt,
+        "ge": TN.ge,
+        "narrow": TN.narrow,
+        "view_as": lambda self, other: S.reshape(self, other.shape),
+        "contiguous": lambda self: self,  # arrays here are always usable as they are
+        "type": _type,
+    }
+    for name, f in methods.items():
+        setattr(T, name, f)
+
+
+_bind_torch_names()  # first: the PyTorch spellings below take their own dim=
 _bind_torch()

@@ -76,8 +76,10 @@ class Tensor:
 
     # -- conversion ----------------------------------------------------------------------------
     def numpy(self) -> Any:
-        """The values as a numpy array (copied to the host for 'cuda'); leaves every tape."""
-        return B.to_device(self._data, "cpu")
+        """The values as a numpy array (copied to the host for 'cuda'); leaves every tape.
+        A 0-d tensor gives a 0-d array (never a numpy scalar)."""
+        a = B.to_device(self._data, "cpu")
+        return a if a.__class__ is np.ndarray else np.asarray(a)
 
     def item(self) -> Any:
         if self._data.size != 1:
@@ -305,9 +307,20 @@ def _to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
             )
         if arr.dtype == np.float64 and not isinstance(data, np.generic):
             arr = arr.astype(default_float())  # Python floats -> the default float
+    if arr.dtype.kind == "c":
+        raise TypeError(complex_error("tensor()", arr.dtype))
     if dev is not None and B.device_of(arr) != dev:
         arr = B.to_device(arr, dev)
     return arr
+
+
+def complex_error(op: str, dtype: Any) -> str:
+    """The message for complex input, which tapegrad rejects (see docs/design.md)."""
+    return (
+        f"{op}: complex dtype {dtype} is not supported; tapegrad differentiates real "
+        "functions only. Carry the real and imaginary parts as two float tensors "
+        "(a.real, a.imag) and write the complex arithmetic on them"
+    )
 
 
 def _wrap(data: Any) -> Tensor:

@@ -267,7 +267,7 @@ for _tag, _ax, _kd in _AXES:
     )
 add(
     row("sum/scalar", "sum", tg.sum, torch.sum, ((), R)),
-    row("var/population", None, lambda x: tg.var(x, axis=0), lambda x: torch.var(x, dim=0, correction=0), (A, R)),
+    row("var/population", None, lambda x: tg.var(x, axis=0, ddof=0), lambda x: torch.var(x, dim=0, correction=0), (A, R)),
     row("std", None, lambda x: tg.std(x, axis=1, correction=1), lambda x: torch.std(x, dim=1, correction=1), (A, R)),
     row("logsumexp/large", None, lambda x: tg.logsumexp(x * 1e3, axis=1), lambda x: torch.logsumexp(x * 1e3, dim=1), (A, distinct(0.5)), tol64=(1e-12, 1e-9), order=1),
     row("amax/ties", "amax", lambda x: tg.amax(x, axis=1), lambda x: torch.amax(x, dim=1), ((2, 3), fixed([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])), order=0),
@@ -417,3 +417,88 @@ ELSEWHERE = {
 }
 # per-arity primitives are named concat, concat3, ... and einsum, einsum1, einsum3, ...
 ARITY_FAMILIES = ("concat", "einsum", "checkpoint")
+
+# --- numpy's extra functions (tapegrad/ops/_numpy_extra.py, _linalg_decomp.py) ---------------
+add(
+    row("sinh", "sinh", tg.sinh, torch.sinh, (B, R)),
+    row("cosh", "cosh", tg.cosh, torch.cosh, (B, R)),
+    row("arcsin", "arcsin", tg.arcsin, torch.asin, (B, real(-0.9, 0.9))),
+    row("arccos", "arccos", tg.arccos, torch.acos, (B, real(-0.9, 0.9))),
+    row("arctan", "arctan", tg.arctan, torch.atan, (B, R)),
+    row("arcsinh", "arcsinh", tg.arcsinh, torch.asinh, (B, R)),
+    row("arccosh", "arccosh", tg.arccosh, torch.acosh, (B, real(1.2, 3.0))),
+    row("arctanh", "arctanh", tg.arctanh, torch.atanh, (B, real(-0.9, 0.9))),
+    row("exp2", "exp2", tg.exp2, torch.exp2, (B, R)),
+    row("logaddexp", "logaddexp", tg.logaddexp, torch.logaddexp, (A, R), ((4,), R)),
+    row("logaddexp/large", "logaddexp", tg.logaddexp, torch.logaddexp, (A, real(-800, 800)), (A, real(-800, 800))),
+    row("logaddexp2", "logaddexp2", tg.logaddexp2, torch.logaddexp2, (A, R), ((4,), R)),
+    row("hypot", "hypot", tg.hypot, torch.hypot, (A, NZ), ((4,), NZ)),
+    row("fmax", None, tg.fmax, torch.fmax, (A, grid(0.25)), (A, grid(0.75))),
+    row("fmin", None, tg.fmin, torch.fmin, (A, grid(0.25)), (A, grid(0.75))),
+    row("fabs", None, tg.fabs, torch.abs, (B, NZ)),
+    row("sinc", None, tg.sinc, torch.sinc, (B, NZ)),
+    row("deg2rad", None, tg.deg2rad, torch.deg2rad, (B, R)),
+    row("rad2deg", None, tg.rad2deg, torch.rad2deg, (B, R)),
+    row("sort", None, lambda x: tg.sort(x, axis=1), lambda x: torch.sort(x, dim=1).values, (B, distinct())),
+    row("diff", None, lambda x: tg.diff(x, 2, axis=1), lambda x: torch.diff(x, 2, dim=1), ((3, 5), R)),
+    row("rot90", None, lambda x: tg.rot90(x, 1, (1, 2)), lambda x: torch.rot90(x, 1, (1, 2)), (B, R)),
+    row("rot90/3", None, lambda x: tg.rot90(x, 3), lambda x: torch.rot90(x, 3), (B, R)),
+    row("vstack", None, lambda x, y: tg.vstack([x, y]), lambda x, y: torch.vstack([x, y]), ((4,), R), (A, R)),
+    row("hstack", None, lambda x, y: tg.hstack([x, y]), lambda x, y: torch.hstack([x, y]), (A, R), ((3, 2), R)),
+    row("dstack", None, lambda x, y: tg.dstack([x, y]), lambda x, y: torch.dstack([x, y]), (A, R), (A, R)),
+    row("column_stack", None, lambda x, y: tg.column_stack([x, y]), lambda x, y: torch.column_stack([x, y]), ((3,), R), (A, R)),
+    row("dot", None, tg.dot, lambda x, y: torch.tensordot(x, y, ([-1], [-2])), (B, R), ((2, 4, 5), R)),
+    row("inner", None, tg.inner, torch.inner, (A, R), ((2, 4), R)),
+    row("kron", None, tg.kron, torch.kron, (A, R), ((2, 3), R)),
+    row("cross", None, tg.cross, torch.linalg.cross, ((4, 3), R), ((4, 3), R)),
+    row("diagonal", None, lambda x: tg.diagonal(x, 1, 1, 2), lambda x: torch.diagonal(x, 1, 1, 2), (B, R)),
+    row("diag", None, lambda x: tg.diag(x, -1), lambda x: torch.diag(x, -1), ((4,), R)),
+    row("matrix_trace", None, tg.matrix_trace, torch.trace, (A, R)),
+)
+
+
+def well_conditioned(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
+    """Random square matrices plus ``n`` on the diagonal: far from singular."""
+    return rng.uniform(-1, 1, shape) + shape[-1] * np.eye(shape[-1])
+
+
+def _sym_t(a: torch.Tensor) -> torch.Tensor:
+    return (a + a.mT) / 2
+
+
+def _spd(a: Any) -> Any:
+    eye = tg.eye if isinstance(a, tg.Tensor) else torch.eye
+    return a @ a.mT + 3 * eye(a.shape[-1], dtype=a.dtype)
+
+
+def _eigh_sign_free(w: Any, v: Any, cat: Callable) -> Any:
+    return cat([w.reshape(-1), (v * v).reshape(-1)])
+
+
+def _svd_sign_free(u: Any, s: Any, vh: Any, cat: Callable) -> Any:
+    return cat([s.reshape(-1), (u * u).reshape(-1), (vh * vh).reshape(-1), (u[..., :1] * vh[..., :1, :]).reshape(-1)])
+
+
+SQ = (2, 3, 3)
+WC = well_conditioned
+add(
+    row("linalg.inv", "linalg.inv", tg.linalg.inv, torch.linalg.inv, (SQ, WC), tol64=(1e-9, 1e-11)),
+    row("linalg.solve", "linalg.solve", tg.linalg.solve, torch.linalg.solve, (SQ, WC), ((2, 3, 2), R), tol64=(1e-9, 1e-11)),
+    row("linalg.solve/vector", "linalg.solve", tg.linalg.solve, torch.linalg.solve, ((3, 3), WC), ((3,), R), tol64=(1e-9, 1e-11)),
+    row("linalg.det", "linalg.det", tg.linalg.det, torch.linalg.det, (SQ, WC), tol64=(1e-9, 1e-11)),
+    row("linalg.slogdet", "linalg.logabsdet", lambda a: tg.linalg.slogdet(a)[1], lambda a: torch.linalg.slogdet(a)[1], (SQ, WC), tol64=(1e-9, 1e-11)),
+    row("linalg.cholesky", "linalg.cholesky", lambda a: tg.linalg.cholesky(_spd(a)), lambda a: torch.linalg.cholesky(_spd(a)), (SQ, R), tol64=(1e-9, 1e-11)),
+    row("linalg.eigh", "linalg.eigh", lambda a: _eigh_sign_free(*tg.linalg.eigh(a), tg.concatenate), lambda a: _eigh_sign_free(*torch.linalg.eigh(_sym_t(a)), torch.cat), ((3, 3), distinct()), tol64=(1e-9, 1e-10)),
+    row("linalg.qr", "linalg.qr", lambda a: tg.concatenate([t.reshape(-1) for t in tg.linalg.qr(a)]), lambda a: torch.cat([t.reshape(-1) for t in torch.linalg.qr(a)]), ((4, 3), R), tol64=(1e-9, 1e-10)),
+    row("linalg.svd", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((4, 3), R), tol64=(1e-9, 1e-10)),
+    row("linalg.svd/wide", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((3, 4), R), tol64=(1e-9, 1e-10)),
+    row("linalg.pinv", None, tg.linalg.pinv, torch.linalg.pinv, ((4, 3), R), tol64=(1e-9, 1e-10)),
+    row("linalg.matrix_power", None, lambda a: tg.linalg.matrix_power(a, 5), lambda a: torch.linalg.matrix_power(a, 5), (SQ, R), tol64=(1e-9, 1e-10)),
+    row("linalg.matrix_power/neg", None, lambda a: tg.linalg.matrix_power(a, -2), lambda a: torch.linalg.matrix_power(a, -2), (SQ, WC), tol64=(1e-9, 1e-10)),
+    row("linalg.norm/nuc", None, lambda a: tg.linalg.norm(a, "nuc", axis=(1, 2)), lambda a: torch.linalg.matrix_norm(a, "nuc"), (B, R), tol64=(1e-9, 1e-10)),
+    row("linalg.norm/2", None, lambda a: tg.linalg.norm(a, 2, axis=(1, 2)), lambda a: torch.linalg.matrix_norm(a, 2), (B, R), tol64=(1e-9, 1e-10)),
+    row("linalg.norm/inf", None, lambda a: tg.linalg.norm(a, np.inf, axis=(1, 2)), lambda a: torch.linalg.matrix_norm(a, float("inf")), (B, R), tol64=(1e-9, 1e-10)),
+    row("linalg.norm/1", None, lambda a: tg.linalg.norm(a, 1, axis=(0, 2), keepdims=True), lambda a: torch.linalg.matrix_norm(a, 1, dim=(0, 2), keepdim=True), (B, R), tol64=(1e-9, 1e-10)),
+    row("linalg.norm/vec3", None, lambda a: tg.linalg.norm(a, 3, axis=1), lambda a: torch.linalg.vector_norm(a, 3, dim=1), (B, NZ)),
+    row("linalg.norm/fro", None, tg.linalg.norm, torch.linalg.norm, (A, R)),
+)  # fmt: skip

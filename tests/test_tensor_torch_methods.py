@@ -117,15 +117,25 @@ def test_size_is_numpy_count_and_torch_call():
 
 def test_split_int_with_two_meanings_raises():
     x = tg.zeros(2, 6)
-    with pytest.raises(ValueError, match="6 equal sections in numpy and pieces of size 6"):
+    with pytest.raises(ValueError, match="means sections in numpy and pieces of that size in PyTorch"):
         x.split(6, 1)
-    with pytest.raises(ValueError, match=r"write x.chunk\(6, 1\) for pieces of size 1"):
+    with pytest.raises(ValueError, match=r"split\(x, 1, dim=1\) for PyTorch's"):
         x.split(1, 1)
+    with pytest.raises(ValueError, match="split indices in numpy and piece sizes in PyTorch"):
+        x.split([2], 1)  # indices (numpy) or sizes (PyTorch)
+    with pytest.raises(ValueError, match="sections in numpy"):
+        tg.split(x, 3, 1)  # the function too
     # the two meanings agree when the axis has k * k elements
     t = torch.zeros(2, 4)
     assert [p.shape for p in tg.zeros(2, 4).split(2, 1)] == [tuple(p.shape) for p in t.split(2, 1)]
-    # a list of indices is numpy's and accepted; chunk is PyTorch's
-    assert [p.shape for p in x.split([2], 1)] == [(2, 2), (2, 4)]
+    # axis= is numpy's meaning, dim= PyTorch's, for ints and lists alike
+    assert [p.shape for p in x.split([2], axis=1)] == [(2, 2), (2, 4)]
+    assert [p.shape for p in x.split(3, axis=1)] == [(2, 2), (2, 2), (2, 2)]
+    tx = torch.zeros(2, 6)
+    for k in (1, 4, [2, 4], [1, 1, 4]):
+        want = [tuple(p.shape) for p in tx.split(k, dim=1)]
+        assert [p.shape for p in x.split(k, dim=1)] == want
+        assert [p.shape for p in tg.split(x, k, dim=1)] == want
     chunks = [tuple(p.shape) for p in torch.zeros(2, 6).chunk(4, 1)]
     assert [p.shape for p in x.chunk(4, 1)] == chunks
 
@@ -162,9 +172,13 @@ def test_transpose_two_axes_is_torch_swap():
 
 def test_var_std_numpy_default_and_torch_keywords():
     a, ta = _pair(4, 5)
-    # numpy's meaning kept for the bare call and axis=: no correction
-    np.testing.assert_allclose(a.std().item(), a.numpy().std(), rtol=1e-14)
-    np.testing.assert_allclose(a.var(axis=1).numpy(), a.numpy().var(axis=1), rtol=1e-14)
+    # a call that names neither the correction nor dim= could mean either: it raises
+    for call in (lambda: a.std(), lambda: a.var(axis=1), lambda: a.std(1), lambda: tg.var(a)):
+        with pytest.raises(TypeError, match=r"ddof=0.*correction=1"):
+            call()
+    # numpy's meaning, said explicitly
+    np.testing.assert_allclose(a.std(ddof=0).item(), a.numpy().std(), rtol=1e-14)
+    np.testing.assert_allclose(a.var(axis=1, ddof=0).numpy(), a.numpy().var(axis=1), rtol=1e-14)
     # PyTorch's keywords get PyTorch's default (Bessel's correction)
     np.testing.assert_allclose(a.var(dim=1).numpy(), ta.var(dim=1).numpy(), rtol=1e-14)
     np.testing.assert_allclose(

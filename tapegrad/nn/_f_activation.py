@@ -131,7 +131,7 @@ def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = float_input(input, "celu")
     if alpha == 0:
         raise ValueError("celu: alpha must be non-zero")
-    return E.where(x > 0, x, E.expm1(E.minimum(x, 0.0) * (1.0 / alpha)) * alpha)
+    return E.where(x > 0, x, E.expm1(E.where(x > 0, 0.0, x) * (1.0 / alpha)) * alpha)
 
 
 def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._backend import is_array, np
 from .._dtypes import default_float
-from .._tensor import Tensor, _wrap
+from .._tensor import Tensor, _wrap, complex_error
 
 
 def as_tensor(x: Any, name: str = "op") -> Tensor:
@@ -14,6 +14,8 @@ def as_tensor(x: Any, name: str = "op") -> Tensor:
     if isinstance(x, Tensor):
         return x
     if is_array(x):
+        if x.dtype.kind == "c":
+            raise TypeError(complex_error("a tapegrad op" if name == "op" else name, x.dtype))
         return _wrap(x)
     return Tensor(x)
 
@@ -54,7 +56,7 @@ def _with_scalar(t: Tensor, s: Any) -> tuple[Tensor, Any]:
     if isinstance(s, np.bool_):
         return t, bool(s)
     if is_array(s):
-        return _promote(t, _wrap(s))
+        return _promote(t, as_tensor(s))
     if isinstance(s, (list, tuple)):
         return _promote(t, Tensor(s))
     raise TypeError(

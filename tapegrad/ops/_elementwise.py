@@ -200,12 +200,18 @@ _minimum = defprim(
     ),
     (0, 1),
 )
+def _radius2(xp: Any, x: Any, y: Any) -> Any:
+    # x^2 + y^2, 1 at the origin: there both partials are 0 (as PyTorch), not 0 / 0
+    r = x * x + y * y
+    return xp.where(r == 0, 1.0, r)
+
+
 _atan2 = defprim(
     "atan2",
     np.arctan2,
     (
-        lambda xp, g, ans, x, y: g * y / (x * x + y * y),
-        lambda xp, g, ans, x, y: -g * x / (x * x + y * y),
+        lambda xp, g, ans, x, y: g * y / _radius2(xp, x, y),
+        lambda xp, g, ans, x, y: -g * x / _radius2(xp, x, y),
     ),
     (0, 1),
 )
@@ -386,16 +392,21 @@ def where(condition: Any, x: Any, y: Any) -> Tensor:
     return apply(_where, c, x, y)
 
 
-def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
-    """Clamp to ``[min, max]`` (PyTorch's clamp: ``minimum(maximum(x, min), max)``).
+def clip(
+    x: Any, min: Any = None, max: Any = None, *, a_min: Any = None, a_max: Any = None
+) -> Tensor:
+    """Clamp to ``[min, max]`` (PyTorch's clamp: ``minimum(maximum(x, min), max)``); numpy's
+    ``a_min`` / ``a_max`` are accepted too. NaN stays NaN (as numpy and PyTorch).
 
     The gradient passes where ``x`` is inside, and to tensor bounds where they bind.
 
     >>> import tapegrad as tg
-    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0]), -1.0, 1.0).tolist()
-    [-1.0, 0.5, 1.0]
+    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0, float("nan")]), -1.0, 1.0).tolist()
+    [-1.0, 0.5, 1.0, nan]
     """
     x = as_tensor(x)
+    min = a_min if min is None else min
+    max = a_max if max is None else max
     if min is None and max is None:
         raise ValueError("clip: give min, max or both")
     out = x
@@ -403,6 +414,8 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
         out = where(out >= min, out, min)
     if max is not None:
         out = where(out <= max, out, max)
+    if x._data.dtype.kind in "fc" and np.isnan(x._data).any():
+        out = where(isnan(x), _wrap(x._data), out)  # NaN stays, with no gradient (PyTorch)
     return out
 
 
@@ -430,7 +443,8 @@ def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
     """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
     x = as_tensor(x)
-    return where(x > 0, x, expm1(minimum(x, 0.0)) * alpha)
+    # where, not minimum: at 0 minimum's tie would halve the gradient; PyTorch takes alpha
+    return where(x > 0, x, expm1(where(x > 0, 0.0, x)) * alpha)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:

@@ -162,30 +162,83 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 max, min = amax, amin
 
 
-def var(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:
+def var(
+    x: Any,
+    axis: Any = None,
+    keepdims: bool = False,
+    correction: float | None = None,
+    *,
+    ddof: float | None = None,
+    dim: Any = None,
+    keepdim: bool | None = None,
+) -> Tensor:
     """Variance over ``axis`` with ``correction`` (0: population, 1: Bessel's; Array API).
+    numpy's ``ddof`` and PyTorch's ``dim`` / ``keepdim`` are accepted too.
 
     >>> import tapegrad as tg
     >>> f"{tg.var(tg.tensor([1.0, 2.0, 3.0, 4.0]), correction=1).item():.4f}"
     '1.6667'
     """
     x = as_tensor(x)
+    axis, keepdims, c = _spread_args("var", axis, keepdims, correction, ddof, dim, keepdim)
     axes = normalize_axis(axis, x.ndim, "var")
     n = _count(x, axes)
-    if n - correction <= 0:
+    if n - c <= 0:
         raise ValueError(
             f"var: {n} elements over axis {axis!r} (shape {x.shape}) with correction="
-            f"{correction} leave no degrees of freedom; use correction=0 or more elements"
+            f"{c} leave no degrees of freedom; use correction=0 or more elements"
         )
     d = x - mean(x, axis=axes, keepdims=True)
-    return sum(d * d, axis=axes, keepdims=keepdims) * (1.0 / (n - correction))
+    return sum(d * d, axis=axes, keepdims=keepdims) * (1.0 / (n - c))
 
 
-def std(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0) -> Tensor:
-    """Standard deviation: ``sqrt(var(x, axis, keepdims, correction))``."""
-    from ._elementwise import sqrt  # noqa: PLC0415
+def _spread_args(
+    name: str, axis: Any, keepdims: bool, correction: Any, ddof: Any, dim: Any, keepdim: Any
+) -> tuple[Any, bool, float]:
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"{name}: give axis or dim, not both")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    if ddof is not None and correction is not None and ddof != correction:
+        raise TypeError(f"{name}: give correction or ddof (numpy's name), not both")
+    if ddof is None and correction is None:
+        if dim is None and keepdim is None:
+            # numpy divides by n, PyTorch (which also takes axis=) by n - 1: never guess
+            raise TypeError(
+                f"{name}: numpy's {name} divides by n (ddof=0) and PyTorch's by n - 1 "
+                f"(correction=1), and this call could mean either; say which: "
+                f"{name}(x, axis, ddof=0) for numpy's, {name}(x, dim=..., correction=1) (or "
+                "unbiased=True) for PyTorch's"
+            )
+        correction = 1  # PyTorch's keywords: PyTorch's call, with its default correction
+    c = ddof if ddof is not None else correction
+    return axis, keepdims, c
 
-    return sqrt(var(x, axis=axis, keepdims=keepdims, correction=correction))
+
+def std(
+    x: Any,
+    axis: Any = None,
+    keepdims: bool = False,
+    correction: float | None = None,
+    *,
+    ddof: float | None = None,
+    dim: Any = None,
+    keepdim: bool | None = None,
+) -> Tensor:
+    """Standard deviation: ``sqrt(var(x, axis, keepdims, correction))``. Where the spread
+    is zero (equal values, or an axis of size 1) the gradient is 0, as PyTorch's.
+
+    >>> import tapegrad as tg
+    >>> tg.std(tg.tensor([[1.0, 3.0]]), ddof=1, dim=1).tolist()
+    [1.4142135381698608]
+    """
+    from ._elementwise import sqrt, where  # noqa: PLC0415
+
+    v = var(x, axis, keepdims, correction, ddof=ddof, dim=dim, keepdim=keepdim)
+    pos = _wrap(v._data > 0)  # a constant mask: sqrt's derivative at 0 is infinite
+    return where(pos, sqrt(where(pos, v, 1.0)), 0.0)
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:

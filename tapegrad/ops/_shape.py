@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 from typing import Any
 
@@ -291,11 +292,41 @@ def stack(xs: Any, axis: int = 0) -> Tensor:
     return concat([expand_dims(x, axis) for x in xs], axis=axis)
 
 
-def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
-    """numpy's split: ``n`` equal sections, or the indices to split at."""
+def split(x: Any, indices_or_sections: Any, *args: Any, axis: Any = None, dim: Any = None) -> list[Tensor]:
+    """numpy's split with ``axis=``: ``n`` equal sections, or the indices to split at.
+    PyTorch's with ``dim=``: pieces of size ``n``, or of the listed sizes. A call that names
+    neither (``split(x, 2)``, ``split(x, 2, 1)``) raises where the two meanings differ.
+
+    >>> import tapegrad as tg
+    >>> x = tg.arange(6)
+    >>> [p.tolist() for p in tg.split(x, 3, axis=0)], [p.tolist() for p in tg.split(x, 4, dim=0)]
+    ([[0, 1], [2, 3], [4, 5]], [[0, 1, 2, 3], [4, 5]])
+    """
+    if len(args) > 1 or (args and (axis is not None or dim is not None)):
+        raise TypeError("split: give the axis once (positionally, as axis= or as dim=)")
     x = as_tensor(x)
-    (ax,) = normalize_axis(axis, x.ndim, "split")
+    k = indices_or_sections
+    if dim is not None:  # PyTorch: sizes
+        (ax,) = normalize_axis(dim, x.ndim, "split")
+        n = x.shape[ax]
+        sizes = [int(k)] * -(-n // int(k)) if isinstance(k, (int, np.integer)) else [int(s) for s in k]
+        if isinstance(k, (int, np.integer)):
+            sizes[-1] = n - int(k) * (len(sizes) - 1)
+        elif builtins.sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} do not add up to axis {ax}'s size {n}")
+        cuts = list(itertools.accumulate(sizes))[:-1]
+        return split(x, cuts, axis=ax)
+    explicit = axis is not None
+    (ax,) = normalize_axis(axis if explicit else (args[0] if args else 0), x.ndim, "split")
     n = x.shape[ax]
+    if not explicit and not (isinstance(k, (int, np.integer)) and int(k) * int(k) == n):
+        what = "sections" if isinstance(k, (int, np.integer)) else "split indices"
+        torch = "pieces of that size" if what == "sections" else "piece sizes"
+        raise ValueError(
+            f"split: split(x, {k!r}) on an axis of size {n} means {what} in numpy and {torch} "
+            f"in PyTorch; say which: split(x, {k!r}, axis={ax}) for numpy's, split(x, {k!r}, "
+            f"dim={ax}) for PyTorch's (or chunk)"
+        )
     if isinstance(indices_or_sections, (int, np.integer)):
         k = int(indices_or_sections)
         if k <= 0 or n % k:
