@@ -139,3 +139,80 @@ def test_the_cache_goes_to_a_user_directory_when_the_package_is_read_only(monkey
     assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", "numba")
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
     assert _kernels.cache_dir() is None  # the user's choice: numba reads it itself
+
+
+def _conv_geom(shape, k, s, p, d):
+    from tapegrad.nn import _f_conv
+
+    n, c, h, w = shape
+    ho, wo = (_f_conv.out_size(v, kk, s, (p, p), d) for v, kk in zip((h, w), k, strict=True))
+    return _f_conv.Geom(shape, k, (s, s), ((p, p), (p, p)), (d, d), (ho, wo))
+
+
+CONV_CASES = [  # (N, C, H, W), kernel, stride, padding, dilation
+    ((2, 3, 7, 6), (3, 3), 1, 0, 1),
+    ((1, 2, 8, 8), (3, 3), 2, 1, 1),
+    ((2, 1, 9, 7), (3, 2), 1, 2, 2),
+    ((3, 4, 5, 5), (1, 1), 1, 0, 1),
+    ((2, 2, 10, 11), (5, 3), 3, 2, 1),
+    ((64, 8, 13, 13), (3, 3), 1, 0, 1),
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "k", "s", "p", "d"), CONV_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_col2im_kernel_equals_the_numpy_reference_bit_for_bit(monkeypatch, shape, k, s, p, d, dtype):
+    from tapegrad.nn import _f_conv
+
+    geom = _conv_geom(shape, k, s, p, d)
+    rows = shape[1] * k[0] * k[1]
+    cols = np.random.default_rng(3).standard_normal((rows, shape[0] * geom.out_hw[0] * geom.out_hw[1]))
+    cols = cols.astype(dtype)
+    out = _f_conv._col2im_fwd(cols, geom)
+    ref = _reference(monkeypatch, _f_conv._col2im_fwd, cols, geom)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref)
+    strided = np.asfortranarray(cols)  # a non-contiguous input: copied, same result
+    assert np.array_equal(_f_conv._col2im_fwd(strided, geom), ref)
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "dilation", "groups", "n"),
+    [(1, 0, 1, 1, 3), (2, 1, 1, 2, 1), (1, 2, 2, 1, 2), (3, 1, 2, 4, 2)],
+)
+def test_conv2d_gradients_match_torch_in_float64(stride, padding, dilation, groups, n):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, 4, 9, 8))
+    w = rng.standard_normal((8, 4 // groups, 3, 3))
+    b = rng.standard_normal(8)
+    xt, wt, bt = tg.tensor(x), tg.Parameter(w), tg.Parameter(b)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv2d(xt, wt, bt, stride, padding, dilation, groups)
+        loss = (y * y).sum()
+    gx, gw, gb = (t.numpy() for t in tape.gradient(loss, [xt, wt, bt]))
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.conv2d(tx, tw, tb, stride, padding, dilation, groups)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for ours, theirs in ((gx, tx), (gw, tw), (gb, tb)):
+        np.testing.assert_allclose(ours, theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("stride", "padding", "output_padding", "groups"), [(2, 1, 1, 1), (1, 0, 0, 2)])
+def test_conv_transpose2d_matches_torch_in_float64(stride, padding, output_padding, groups):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 5, 6))
+    w = rng.standard_normal((4, 6 // groups, 3, 3))
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv_transpose2d(xt, wt, None, stride, padding, output_padding, groups)
+        loss = (y * y).sum()
+    gx, gw = (t.numpy() for t in tape.gradient(loss, [xt, wt]))
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, None, stride, padding, output_padding, groups)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
