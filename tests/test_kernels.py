@@ -162,7 +162,7 @@ CONV_CASES = [  # (N, C, H, W), kernel, stride, padding, dilation
 @numba_only
 @pytest.mark.parametrize(("shape", "k", "s", "p", "d"), CONV_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_col2im_kernel_equals_the_numpy_reference_bit_for_bit(monkeypatch, shape, k, s, p, d, dtype):
+def test_im2col_and_col2im_kernels_equal_the_numpy_reference_bit_for_bit(monkeypatch, shape, k, s, p, d, dtype):
     from tapegrad.nn import _f_conv
 
     geom = _conv_geom(shape, k, s, p, d)
@@ -174,6 +174,14 @@ def test_col2im_kernel_equals_the_numpy_reference_bit_for_bit(monkeypatch, shape
     assert out.dtype == ref.dtype and np.array_equal(out, ref)
     strided = np.asfortranarray(cols)  # a non-contiguous input: copied, same result
     assert np.array_equal(_f_conv._col2im_fwd(strided, geom), ref)
+    x = np.random.default_rng(6).standard_normal(shape).astype(dtype)
+    c = _f_conv._im2col_fwd(x, geom)
+    ref_c = _reference(monkeypatch, _f_conv._im2col_fwd, x, geom)
+    assert c.dtype == ref_c.dtype and np.array_equal(c, ref_c)
+    xt = np.random.default_rng(6).standard_normal(shape[::-1]).astype(dtype).T  # not contiguous
+    assert np.array_equal(
+        _f_conv._im2col_fwd(xt, geom), _reference(monkeypatch, _f_conv._im2col_fwd, xt, geom)
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,51 +17,63 @@ from typing import Any
 from .._backend import np
 from . import jit
 
+U = np.uint64
+
 
 @jit()
 def _max4(x, out):  # type: ignore[no-untyped-def]
-    n_, c_ = x.shape[0], x.shape[1]
+    n_, c_, h_, w_ = x.shape
     ho, wo = out.shape[2], out.shape[3]
-    for n in range(n_):
-        for c in range(c_):
-            for y in range(ho):
-                for xx in range(wo):
-                    a = x[n, c, 2 * y, 2 * xx]
-                    b = x[n, c, 2 * y, 2 * xx + 1]
-                    d = x[n, c, 2 * y + 1, 2 * xx]
-                    e = x[n, c, 2 * y + 1, 2 * xx + 1]
-                    m = a if a >= b else b
-                    m2 = d if d >= e else e
-                    m = m if m >= m2 else m2
-                    if np.isnan(a) or np.isnan(b) or np.isnan(d) or np.isnan(e):
-                        m = np.nan
-                    out[n, c, y, xx] = m
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    # unsigned indices: no negative-index wraparound, so the loops vectorise
+    for p in range(U(n_ * c_)):
+        for y in range(U(ho)):
+            r0 = p * U(h_ * w_) + U(2) * y * U(w_)
+            r1 = r0 + U(w_)
+            o = (p * U(ho) + y) * U(wo)
+            for xx in range(U(wo)):
+                a = xf[r0 + U(2) * xx]
+                b = xf[r0 + U(2) * xx + U(1)]
+                d = xf[r1 + U(2) * xx]
+                e = xf[r1 + U(2) * xx + U(1)]
+                m = a if a >= b else b
+                m2 = d if d >= e else e
+                m = m if m >= m2 else m2
+                if np.isnan(a) or np.isnan(b) or np.isnan(d) or np.isnan(e):
+                    m = np.nan
+                of[o + xx] = m
 
 
 @jit()
 def _max4_grad(g, x, out, dx):  # type: ignore[no-untyped-def]
     n_, c_, h_, w_ = x.shape
     ho, wo = out.shape[2], out.shape[3]
-    for n in range(n_):
-        for c in range(c_):
-            for y in range(ho):
-                for xx in range(wo):
-                    m = out[n, c, y, xx]
-                    gv = g[n, c, y, xx]
-                    a = x[n, c, 2 * y, 2 * xx] == m
-                    b = x[n, c, 2 * y, 2 * xx + 1] == m and not a
-                    d = x[n, c, 2 * y + 1, 2 * xx] == m and not (a or b)
-                    e = x[n, c, 2 * y + 1, 2 * xx + 1] == m and not (a or b or d)
-                    dx[n, c, 2 * y, 2 * xx] = gv if a else 0
-                    dx[n, c, 2 * y, 2 * xx + 1] = gv if b else 0
-                    dx[n, c, 2 * y + 1, 2 * xx] = gv if d else 0
-                    dx[n, c, 2 * y + 1, 2 * xx + 1] = gv if e else 0
-            for iy in range(2 * ho, h_):  # an odd last row or column: no window reaches it
-                for ix in range(w_):
-                    dx[n, c, iy, ix] = 0
-            for iy in range(2 * ho):
-                for ix in range(2 * wo, w_):
-                    dx[n, c, iy, ix] = 0
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    gf = g.reshape(-1)
+    df = dx.reshape(-1)
+    zero = df.dtype.type(0)
+    for k in range(U(df.size)):  # rows and columns no window reaches stay zero
+        df[k] = zero
+    for p in range(U(n_ * c_)):
+        for y in range(U(ho)):
+            r0 = p * U(h_ * w_) + U(2) * y * U(w_)
+            r1 = r0 + U(w_)
+            o = (p * U(ho) + y) * U(wo)
+            for xx in range(U(wo)):
+                m = of[o + xx]
+                gv = gf[o + xx]
+                i0 = r0 + U(2) * xx
+                i1 = r1 + U(2) * xx
+                a = xf[i0] == m
+                b = xf[i0 + U(1)] == m and not a
+                d = xf[i1] == m and not (a or b)
+                e = xf[i1 + U(1)] == m and not (a or b or d)
+                df[i0] = gv if a else zero
+                df[i0 + U(1)] = gv if b else zero
+                df[i1] = gv if d else zero
+                df[i1 + U(1)] = gv if e else zero
 
 
 def fits(geom: Any) -> bool:
