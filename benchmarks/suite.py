@@ -239,7 +239,7 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
     for fw, smp in samples.items():
         if smp and fw not in res["errors"]:
             busy = len(quiet[fw]) < min(3, rounds)  # too few quiet rounds: use them all
-            use = [t for t, _ in smp] if busy else quiet[fw]
+            use = [t for t, _, _ in smp] if busy else quiet[fw]
             res["times"][fw] = {"median_s": statistics.median(use), "samples": smp,
                                 "steps_per_round": int(statistics.median(steps[fw])),
                                 "quiet_rounds": len(quiet[fw]),
