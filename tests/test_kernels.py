@@ -224,3 +224,18 @@ def test_conv_transpose2d_matches_torch_in_float64(stride, padding, output_paddi
     np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
+    from tapegrad.ops._elementwise import _relu_fwd
+
+    x = np.random.default_rng(7).standard_normal((64, 8, 26, 26)).astype(dtype)
+    x.reshape(-1)[:4] = [np.nan, -0.0, 0.0, -np.inf]
+    out = _relu_fwd(x)
+    ref = np.maximum(x, 0).astype(dtype)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref, equal_nan=True)
+    assert not np.signbit(out).any()
+    view = x[:, ::2]  # not contiguous: the numpy code
+    assert np.array_equal(_relu_fwd(view), np.maximum(view, 0), equal_nan=True)
