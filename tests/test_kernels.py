@@ -239,3 +239,24 @@ def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
     assert not np.signbit(out).any()
     view = x[:, ::2]  # not contiguous: the numpy code
     assert np.array_equal(_relu_fwd(view), np.maximum(view, 0), equal_nan=True)
+
+
+@numba_only
+def test_kernels_compile_into_the_user_cache_when_the_package_is_read_only(tmp_path):
+    code = (
+        "import numpy as np, tapegrad\n"
+        "from tapegrad import _kernels\n"
+        "_kernels.os.access = lambda path, mode: False\n"  # as if site-packages were read-only
+        "from tapegrad._kernels import elementwise\n"
+        "print(elementwise.relu(np.array([-1.0, 2.0], np.float32)).tolist())\n"
+    )
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TAPEGRAD_KERNELS": ""}
+    env_clean = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+        env={**env_clean, **env},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[0.0, 2.0]"
+    cached = list((tmp_path / "tapegrad" / "numba").rglob("*.nbi"))
+    assert any("_relu" in p.name for p in cached), cached
