@@ -260,3 +260,26 @@ def test_kernels_compile_into_the_user_cache_when_the_package_is_read_only(tmp_p
     assert r.stdout.strip() == "[0.0, 2.0]"
     cached = list((tmp_path / "tapegrad" / "numba").rglob("*.nbi"))
     assert any("_relu" in p.name for p in cached), cached
+
+
+@numba_only
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_kernels_equal_the_numpy_reference(monkeypatch, groups, bias, dtype):
+    from tapegrad.nn import _f_conv
+
+    rng = np.random.default_rng(8)
+    geom = _conv_geom((5, 4, 9, 7), (3, 3), 1, 1, 1)
+    x = rng.standard_normal((5, 4, 9, 7)).astype(dtype)
+    w = rng.standard_normal((6, 4 // groups, 3, 3)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype) if bias else None
+    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    assert np.array_equal(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups))
+    g = rng.standard_normal(y.shape).astype(dtype)
+    for fn, args in (
+        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+        (_f_conv._grad_cols, (g[:, :, ::-1], groups)),  # a non-contiguous gradient
+    ):
+        assert np.array_equal(fn(*args), _reference(monkeypatch, fn, *args)), fn.__name__

@@ -129,6 +129,11 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     for a, z in _chunks(geom, wm.shape[-1] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
         y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
+        if K.usable(y, b):  # the planes copied out in one pass, the bias added on the way
+            from .._kernels import conv  # noqa: PLC0415
+
+            conv.unpack(y, b, out[a:z])
+            continue
         y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
         if b is None:
             out[a:z] = y
@@ -140,6 +145,10 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
 def _grad_cols(g: Any, groups: int) -> Any:
     """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
     n, o = g.shape[:2]
+    if K.usable(g):
+        from .._kernels import conv  # noqa: PLC0415
+
+        return conv.pack(g).reshape(groups, o // groups, -1)
     return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 
