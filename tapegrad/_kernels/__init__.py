@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = ["numba", "usable", "selection", "cache_dir"]
 
 _HERE = Path(__file__).resolve().parent
 _state: dict[str, Any] = {"decided": False, "numba": None, "why": ""}
+_lock = threading.Lock()
 
 
 def cache_dir() -> str | None:
@@ -67,8 +69,10 @@ def _load() -> ModuleType | None:
 def numba() -> ModuleType | None:
     """The numba module when compiled kernels are selected, else None (decided once)."""
     if not _state["decided"]:
-        _state["numba"] = _load()
-        _state["decided"] = True
+        with _lock:  # threads meeting their first kernel at once decide (and print) once
+            if not _state["decided"]:
+                _state["numba"] = _load()
+                _state["decided"] = True
     return _state["numba"]
 
 
