@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import _kernels as K
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
@@ -62,6 +63,10 @@ def _windows(xp_: Any, geom: Geom) -> Any:
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
+    if K.usable(x):  # one compiled pass, no padded copy
+        from .._kernels import conv  # noqa: PLC0415
+
+        return conv.im2col(x, geom)
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
     v = _windows(pad_array(x, geom.padding), geom)  # (C, kh, kw, N, Ho, Wo)
@@ -69,6 +74,10 @@ def _im2col_fwd(x: Any, geom: Geom) -> Any:
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
+    if K.usable(cols):  # one compiled pass, the same sums in the same order
+        from .._kernels import conv  # noqa: PLC0415
+
+        return conv.col2im(cols, geom)
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
@@ -120,6 +129,11 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     for a, z in _chunks(geom, wm.shape[-1] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
         y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
+        if K.usable(y, b):  # the planes copied out in one pass, the bias added on the way
+            from .._kernels import conv  # noqa: PLC0415
+
+            conv.unpack(y, b, out[a:z])
+            continue
         y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
         if b is None:
             out[a:z] = y
@@ -131,6 +145,10 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
 def _grad_cols(g: Any, groups: int) -> Any:
     """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
     n, o = g.shape[:2]
+    if K.usable(g):
+        from .._kernels import conv  # noqa: PLC0415
+
+        return conv.pack(g).reshape(groups, o // groups, -1)
     return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 

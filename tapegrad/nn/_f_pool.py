@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import OUT, Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
@@ -198,6 +199,11 @@ def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
 
 
 def _max_pool_fwd(x: Any, geom: Geom) -> Any:
+    if K.usable(x):
+        from .._kernels import pool  # noqa: PLC0415
+
+        if pool.fits(geom):
+            return pool.max_pool(x, geom)
     xp_ = pad_array(x, geom.padding, -np.inf)
     out = None
     for _, i, j in _offsets(geom):
@@ -254,6 +260,11 @@ def _max_pool_grad_tiled(g: Any, x: Any, out: Any, geom: Geom) -> Any:
 
 def _max_pool_grad_fwd(g: Any, x: Any, out: Any, geom: Geom) -> Any:
     xp = xp_of(g)
+    if K.usable(g, x, out):
+        from .._kernels import pool  # noqa: PLC0415
+
+        if pool.fits(geom):
+            return pool.max_pool_grad(g, x, out, geom)
     if _tiled(geom):
         return _max_pool_grad_tiled(g, x, out, geom)
     arg = _first_max(x, out, geom)

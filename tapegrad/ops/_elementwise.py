@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import OUT, PRIMITIVES, apply, defprim, nondiff
 from .._backend import np
 from .._dtypes import default_float
@@ -91,8 +92,19 @@ sigmoid = _unary(
     "sigmoid", _floatin(_sigmoid), lambda xp, g, ans, x: g * ans * (1.0 - ans), (OUT,),
     "``1 / (1 + exp(-x))``, without overflow for large ``|x|``.",
 )  # fmt: skip
+
+
+def _relu_fwd(x: Any) -> Any:
+    # the compiled loop above a size where its call costs less than numpy's extra pass
+    if x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous:
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        return elementwise.relu(x)
+    return np.maximum(x, 0).astype(x.dtype, copy=False)
+
+
 relu = _unary(
-    "relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+    "relu", _relu_fwd,
     lambda xp, g, ans, x: g * (ans > 0), (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
 )  # fmt: skip
 erf = _unary(

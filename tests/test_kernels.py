@@ -1,0 +1,285 @@
+"""Compiled kernels (numba) against their numpy references and PyTorch, and the switch.
+
+Every compiled kernel is compared with the numpy code it replaces (the reference, selected by
+``TAPEGRAD_KERNELS=numpy``) on the same arrays, and through the public layers with PyTorch,
+forward and backward. Skipped where numba is not installed (the numpy path is then the one the
+rest of the suite tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tapegrad as tg
+import tapegrad.nn.functional as F
+from tapegrad import _kernels
+from tapegrad.nn import _f_pool
+
+numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
+
+
+def _reference(monkeypatch, fn, *args):
+    """``fn(*args)`` with the numpy kernels (the reference)."""
+    with monkeypatch.context() as m:
+        m.setattr(_kernels, "usable", lambda *a: False)
+        return fn(*args)
+
+
+def _geom(x, k=2, s=None, p=0, d=1, ceil=False):
+    return _f_pool._pool_args(tg.tensor(x), k, s, p, d, ceil, "max_pool2d")
+
+
+POOL_SHAPES = [(2, 3, 8, 8), (1, 1, 2, 2), (3, 2, 7, 9), (64, 8, 26, 26), (2, 2, 5, 4)]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", POOL_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype):
+    rng = np.random.default_rng(0)
+    x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # many ties in a window
+    geom = _geom(x)
+    out = _f_pool._max_pool_fwd(x, geom)
+    ref = _reference(monkeypatch, _f_pool._max_pool_fwd, x, geom)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref)
+    g = rng.standard_normal(out.shape).astype(dtype)
+    dx = _f_pool._max_pool_grad_fwd(g, x, out, geom)
+    ref_dx = _reference(monkeypatch, _f_pool._max_pool_grad_fwd, g, x, out, geom)
+    assert dx.dtype == ref_dx.dtype and np.array_equal(dx, ref_dx)
+
+
+@numba_only
+def test_max_pool_kernel_propagates_nan_as_numpy(monkeypatch):
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    x[0, 0, 1, 1] = np.nan
+    geom = _geom(x)
+    out = _f_pool._max_pool_fwd(x, geom)
+    ref = _reference(monkeypatch, _f_pool._max_pool_fwd, x, geom)
+    assert np.isnan(out[0, 0, 0, 0]) and np.array_equal(out, ref, equal_nan=True)
+
+
+@numba_only
+def test_max_pool_kernel_reads_non_contiguous_inputs():
+    x = np.random.default_rng(1).standard_normal((4, 6, 6, 3)).astype(np.float32)
+    xt = x.transpose(0, 3, 1, 2)  # (4, 3, 6, 6), not contiguous
+    out = F.max_pool2d(tg.tensor(xt), 2).numpy()
+    ref = torch.nn.functional.max_pool2d(torch.from_numpy(np.ascontiguousarray(xt)), 2).numpy()
+    assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 4, 9, 8), (1, 2, 2, 2)])
+def test_max_pool_2x2_matches_torch_forward_and_backward(dtype, shape):
+    rng = np.random.default_rng(2)
+    x = np.round(rng.standard_normal(shape), 1).astype(dtype)  # ties: the first maximum wins
+    g = rng.standard_normal((shape[0], shape[1], shape[2] // 2, shape[3] // 2)).astype(dtype)
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.max_pool2d(xt, 2)
+        loss = (y * tg.tensor(g)).sum()
+    dx = tape.gradient(loss, xt).numpy()
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch.nn.functional.max_pool2d(tx, 2)
+    ty.backward(torch.from_numpy(g))
+    assert np.array_equal(y.numpy(), ty.detach().numpy())
+    assert np.array_equal(dx, tx.grad.numpy())
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120, check=False
+    )
+
+
+def test_tapegrad_kernels_numpy_selects_the_reference_with_one_line():
+    code = (
+        "import numpy as np, tapegrad as tg, tapegrad.nn.functional as F\n"
+        "from tapegrad import _kernels\n"
+        "F.max_pool2d(tg.ones((1, 1, 4, 4)), 2); F.max_pool2d(tg.ones((1, 1, 4, 4)), 2)\n"
+        "print(_kernels.selection(), _kernels.numba() is None)\n"
+    )
+    r = _run(code, TAPEGRAD_KERNELS="numpy")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "numpy kernels True"
+    assert r.stderr.count("tapegrad: using the numpy kernels") == 1, r.stderr
+
+
+def test_a_missing_numba_selects_the_reference():
+    code = (
+        "import sys; sys.modules['numba'] = None\n"  # import numba now raises ImportError
+        "import tapegrad as tg, tapegrad.nn.functional as F\n"
+        "from tapegrad import _kernels\n"
+        "print(F.max_pool2d(tg.arange(16.0).reshape(1, 1, 4, 4), 2).tolist())\n"
+        "print(_kernels.numba() is None)\n"
+    )
+    r = _run(code, TAPEGRAD_KERNELS="")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[[[[5.0, 7.0], [13.0, 15.0]]]]", "True"]
+    assert "numba did not import" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_an_unknown_tapegrad_kernels_value_is_an_error():
+    r = _run("from tapegrad import _kernels; _kernels.numba()", TAPEGRAD_KERNELS="fortran")
+    assert r.returncode != 0
+    assert "TAPEGRAD_KERNELS must be 'numba' or 'numpy', got 'fortran'" in r.stderr
+
+
+def test_the_cache_goes_to_a_user_directory_when_the_package_is_read_only(monkeypatch, tmp_path):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(_kernels.os, "access", lambda path, mode: False)
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", "numba")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
+    assert _kernels.cache_dir() is None  # the user's choice: numba reads it itself
+
+
+def _conv_geom(shape, k, s, p, d):
+    from tapegrad.nn import _f_conv
+
+    n, c, h, w = shape
+    ho, wo = (_f_conv.out_size(v, kk, s, (p, p), d) for v, kk in zip((h, w), k, strict=True))
+    return _f_conv.Geom(shape, k, (s, s), ((p, p), (p, p)), (d, d), (ho, wo))
+
+
+CONV_CASES = [  # (N, C, H, W), kernel, stride, padding, dilation
+    ((2, 3, 7, 6), (3, 3), 1, 0, 1),
+    ((1, 2, 8, 8), (3, 3), 2, 1, 1),
+    ((2, 1, 9, 7), (3, 2), 1, 2, 2),
+    ((3, 4, 5, 5), (1, 1), 1, 0, 1),
+    ((2, 2, 10, 11), (5, 3), 3, 2, 1),
+    ((64, 8, 13, 13), (3, 3), 1, 0, 1),
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "k", "s", "p", "d"), CONV_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_im2col_and_col2im_kernels_equal_the_numpy_reference_bit_for_bit(monkeypatch, shape, k, s, p, d, dtype):
+    from tapegrad.nn import _f_conv
+
+    geom = _conv_geom(shape, k, s, p, d)
+    rows = shape[1] * k[0] * k[1]
+    cols = np.random.default_rng(3).standard_normal((rows, shape[0] * geom.out_hw[0] * geom.out_hw[1]))
+    cols = cols.astype(dtype)
+    out = _f_conv._col2im_fwd(cols, geom)
+    ref = _reference(monkeypatch, _f_conv._col2im_fwd, cols, geom)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref)
+    strided = np.asfortranarray(cols)  # a non-contiguous input: copied, same result
+    assert np.array_equal(_f_conv._col2im_fwd(strided, geom), ref)
+    x = np.random.default_rng(6).standard_normal(shape).astype(dtype)
+    c = _f_conv._im2col_fwd(x, geom)
+    ref_c = _reference(monkeypatch, _f_conv._im2col_fwd, x, geom)
+    assert c.dtype == ref_c.dtype and np.array_equal(c, ref_c)
+    xt = np.random.default_rng(6).standard_normal(shape[::-1]).astype(dtype).T  # not contiguous
+    assert np.array_equal(
+        _f_conv._im2col_fwd(xt, geom), _reference(monkeypatch, _f_conv._im2col_fwd, xt, geom)
+    )
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "dilation", "groups", "n"),
+    [(1, 0, 1, 1, 3), (2, 1, 1, 2, 1), (1, 2, 2, 1, 2), (3, 1, 2, 4, 2)],
+)
+def test_conv2d_gradients_match_torch_in_float64(stride, padding, dilation, groups, n):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, 4, 9, 8))
+    w = rng.standard_normal((8, 4 // groups, 3, 3))
+    b = rng.standard_normal(8)
+    xt, wt, bt = tg.tensor(x), tg.Parameter(w), tg.Parameter(b)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv2d(xt, wt, bt, stride, padding, dilation, groups)
+        loss = (y * y).sum()
+    gx, gw, gb = (t.numpy() for t in tape.gradient(loss, [xt, wt, bt]))
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.conv2d(tx, tw, tb, stride, padding, dilation, groups)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for ours, theirs in ((gx, tx), (gw, tw), (gb, tb)):
+        np.testing.assert_allclose(ours, theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("stride", "padding", "output_padding", "groups"), [(2, 1, 1, 1), (1, 0, 0, 2)])
+def test_conv_transpose2d_matches_torch_in_float64(stride, padding, output_padding, groups):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 5, 6))
+    w = rng.standard_normal((4, 6 // groups, 3, 3))
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv_transpose2d(xt, wt, None, stride, padding, output_padding, groups)
+        loss = (y * y).sum()
+    gx, gw = (t.numpy() for t in tape.gradient(loss, [xt, wt]))
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, None, stride, padding, output_padding, groups)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
+    from tapegrad.ops._elementwise import _relu_fwd
+
+    x = np.random.default_rng(7).standard_normal((64, 8, 26, 26)).astype(dtype)
+    x.reshape(-1)[:4] = [np.nan, -0.0, 0.0, -np.inf]
+    out = _relu_fwd(x)
+    ref = np.maximum(x, 0).astype(dtype)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref, equal_nan=True)
+    assert not np.signbit(out).any()
+    view = x[:, ::2]  # not contiguous: the numpy code
+    assert np.array_equal(_relu_fwd(view), np.maximum(view, 0), equal_nan=True)
+
+
+@numba_only
+def test_kernels_compile_into_the_user_cache_when_the_package_is_read_only(tmp_path):
+    code = (
+        "import numpy as np, tapegrad\n"
+        "from tapegrad import _kernels\n"
+        "_kernels.os.access = lambda path, mode: False\n"  # as if site-packages were read-only
+        "from tapegrad._kernels import elementwise\n"
+        "print(elementwise.relu(np.array([-1.0, 2.0], np.float32)).tolist())\n"
+    )
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TAPEGRAD_KERNELS": ""}
+    env_clean = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+        env={**env_clean, **env},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[0.0, 2.0]"
+    cached = list((tmp_path / "tapegrad" / "numba").rglob("*.nbi"))
+    assert any("_relu" in p.name for p in cached), cached
+
+
+@numba_only
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_kernels_equal_the_numpy_reference(monkeypatch, groups, bias, dtype):
+    from tapegrad.nn import _f_conv
+
+    rng = np.random.default_rng(8)
+    geom = _conv_geom((5, 4, 9, 7), (3, 3), 1, 1, 1)
+    x = rng.standard_normal((5, 4, 9, 7)).astype(dtype)
+    w = rng.standard_normal((6, 4 // groups, 3, 3)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype) if bias else None
+    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    assert np.array_equal(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups))
+    g = rng.standard_normal(y.shape).astype(dtype)
+    for fn, args in (
+        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+        (_f_conv._grad_cols, (g[:, :, ::-1], groups)),  # a non-contiguous gradient
+    ):
+        assert np.array_equal(fn(*args), _reference(monkeypatch, fn, *args)), fn.__name__
