@@ -268,7 +268,7 @@ class _Program:
             arr = values[o]
             key = (arr.shape, arr.dtype.str)
             ns[f"B{o}"] = free[key].pop() if free.get(key) else np.empty_like(arr)
-            dead = max(last[m] for m, v in values.items() if _shares(v, arr))
+            dead = max([last[o], *(last[m] for m, v in values.items() if _shares(v, arr))])
             pending.append((dead, key, ns[f"B{o}"]))
         self.source = "\n".join([*head, *(b for _, b in body), ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102

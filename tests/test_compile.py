@@ -209,3 +209,31 @@ def test_a_compiled_step_holds_no_more_memory_than_eager():
             tracemalloc.stop()
 
     assert peak(True) <= peak(False)
+
+
+def test_zero_dim_intermediates_compile():
+    # adds of 0-d values give numpy scalars on the probe run: they still get a buffer
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = tg.optim.SGD(model.parameters(), lr=0.05)
+
+    def loss_fn(x, y):
+        fit = F.mse_loss(model(x), y)
+        reg = (model[0].weight ** 2).sum()
+        return (fit + reg) * 0.5
+
+    x, y = tg.randn(16, 4), tg.randn(16, 1)
+    step = tg.compile(loss_fn, model, opt)
+    compiled = [step(x, y).item() for _ in range(4)]
+    assert step.source
+    tg.manual_seed(0)
+    model2 = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt2 = tg.optim.SGD(model2.parameters(), lr=0.05)
+    eager = []
+    for _ in range(4):
+        with tg.Tape() as tape:
+            loss = (F.mse_loss(model2(x), y) + (model2[0].weight ** 2).sum()) * 0.5
+        opt2.step(tape.gradient(loss, model2))
+        eager.append(loss.item())
+    assert compiled == eager
+
