@@ -29,6 +29,7 @@ from ._autodiff import Gradients, Tape
 from ._backend import np
 from ._creation import Generator
 from ._tensor import Tensor, _wrap
+from .nn._module import structure_version
 from .ops._common import as_tensor
 from .optim._optimizer import Optimizer
 
@@ -313,6 +314,7 @@ class CompiledStep:
         self._sources: dict[Any, str] = {}
         self._warned = False
         self._params: list[Any] = []
+        self._layers: tuple[int, list[Any]] | None = None
 
     @property
     def source(self) -> str:
@@ -351,8 +353,15 @@ class CompiledStep:
         return loss
 
     def _modes(self) -> tuple[bool, ...]:
+        """The train/eval flags of the model's layers; the layer list is cached until any
+        module's structure changes (flags themselves are read every step)."""
         modules = getattr(self.model, "modules", None)
-        return tuple(m.training for m in modules()) if modules is not None else ()
+        if modules is None:
+            return ()
+        cached = self._layers
+        if cached is None or cached[0] != structure_version():
+            cached = self._layers = (structure_version(), list(modules()))
+        return tuple([m.training for m in cached[1]])
 
     def _update(self, gs: Any) -> None:
         """``optimizer.step`` on the program's gradients. An optimizer that keeps the base

@@ -571,6 +571,11 @@ def structure_changed() -> None:
     _STRUCTURE[0] += 1
 
 
+def structure_version() -> int:
+    """A number that moves whenever any module's fields or container's items change."""
+    return _STRUCTURE[0]
+
+
 def _fresh_copy(t: Tensor) -> Tensor:
     if isinstance(t, Parameter):
         p = Parameter(t._data.copy(), requires_grad=t.requires_grad)
