@@ -4,29 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._creation import ones, zeros
-from ..._tensor import Parameter, Tensor
+from ..._tensor import Tensor
 from .. import functional as F
-from .. import init
-from .._module import Module
-from ._utils import new_param
+from .norm import _NormBase
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     """``y = (x - mean) / sqrt(var + eps) * weight + bias``, the statistics per sample and
     channel (biased variance); PyTorch's defaults: no affine map, no running statistics."""
 
     _rank: int = 3
-    num_features: int
-    eps: float
     momentum: float
-    affine: bool
-    track_running_stats: bool
-    weight: Parameter | None
-    bias: Parameter | None
-    running_mean: Tensor | None
-    running_var: Tensor | None
-    num_batches_tracked: Tensor | None
 
     def __init__(  # noqa: PLR0917 - PyTorch's positional signature
         self,
@@ -38,30 +26,7 @@ class _InstanceNorm(Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        kw = {"dtype": dtype, "device": device}
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = new_param(num_features, **kw) if affine else None
-        self.bias = new_param(num_features, **kw) if affine else None
-        if track_running_stats:
-            self.running_mean = zeros(num_features, **kw)
-            self.running_var = ones(num_features, **kw)
-            self.num_batches_tracked = zeros((), dtype="int64", device=device)
-        else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """``weight = 1``, ``bias = 0``, running statistics reset."""
-        if self.track_running_stats:
-            init.zeros_(self.running_mean)  # type: ignore[arg-type]
-            init.ones_(self.running_var)  # type: ignore[arg-type]
-            init.zeros_(self.num_batches_tracked)  # type: ignore[arg-type]
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:
         name = type(self).__name__

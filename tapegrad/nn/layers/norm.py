@@ -14,10 +14,10 @@ from .._module import Module
 from ._utils import new_param
 
 
-class _BatchNorm(Module):
-    """Shared by BatchNorm1d and BatchNorm2d; subclasses say which input ranks they take."""
+class _NormBase(Module):
+    """The state of BatchNorm and InstanceNorm: an optional affine map and optional running
+    statistics, allocated and reset here (PyTorch's ``_NormBase``)."""
 
-    _ranks: tuple[int, ...] = ()
     num_features: int
     eps: float
     momentum: float | None
@@ -32,19 +32,17 @@ class _BatchNorm(Module):
     def __init__(  # noqa: PLR0917 - PyTorch's positional signature
         self,
         num_features: int,
-        eps: float = 1e-5,
-        momentum: float | None = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
+        eps: float,
+        momentum: float | None,
+        affine: bool,
+        track_running_stats: bool,
         device: Any = None,
         dtype: Any = None,
-        *,
         bias: bool = True,
     ) -> None:
         super().__init__()
         kw = {"dtype": dtype, "device": device}
         self.num_features = num_features
-        check_eps(eps, type(self).__name__)
         self.eps = eps
         self.momentum = momentum
         self.affine = affine
@@ -73,6 +71,29 @@ class _BatchNorm(Module):
             init.ones_(self.weight)
         if self.bias is not None:
             init.zeros_(self.bias)
+
+
+class _BatchNorm(_NormBase):
+    """Shared by BatchNorm1d and BatchNorm2d; subclasses say which input ranks they take."""
+
+    _ranks: tuple[int, ...] = ()
+
+    def __init__(  # noqa: PLR0917 - PyTorch's positional signature
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        check_eps(eps, type(self).__name__)
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias
+        )
 
     def forward(self, input: Tensor) -> Tensor:
         if input.ndim not in self._ranks:
