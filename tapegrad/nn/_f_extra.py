@@ -9,6 +9,7 @@ from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _shape as S
 from ._f_common import float_input, legacy_reduction, reduce_loss
+from ._f_loss import _pair
 from ._f_norm import pairwise_distance
 from ._f_pool import adaptive_avg_pool2d, adaptive_max_pool2d
 from ._f_resize import interpolate
@@ -111,8 +112,8 @@ def soft_margin_loss(
     0.6931
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x = float_input(input, "soft_margin_loss")
-    z = -float_input(target, "soft_margin_loss", "target") * x
+    x, y = _pair(input, target, "soft_margin_loss")
+    z = -y * x
     # log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), stable for large |z|
     loss = E.maximum(z, 0.0) + E.log1p(E.exp(-E.abs(z)))
     return reduce_loss(loss, reduction, "soft_margin_loss")
@@ -135,8 +136,7 @@ def hinge_embedding_loss(
     [0.25, 0.75]
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x = float_input(input, "hinge_embedding_loss")
-    y = float_input(target, "hinge_embedding_loss", "target")
+    x, y = _pair(input, target, "hinge_embedding_loss")
     pos = E.where(y == 1, x, 0.0)
     neg = E.where(y == -1, E.maximum(margin - x, 0.0), 0.0)
     return reduce_loss(pos + neg, reduction, "hinge_embedding_loss")
