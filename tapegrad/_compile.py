@@ -46,6 +46,31 @@ class _Records(list):
         super().append(item)
         self.where.append(_user_line())
 
+    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        """One array step of backward (a VJP, unbroadcast, cast, add), run and recorded with
+        its arrays wrapped in Tensors: the program finds their slots by array identity."""
+        out = fn(xp, *args, **kw)
+        op = _ARRAY_OPS.get((id(fn), name))
+        if op is None:  # an add of gradients is np.add: a program can give it an output buffer
+            form = np.add if name == "add" else (lambda *a, **k: fn(xp, *a, **k))
+            op = _ARRAY_OPS[(id(fn), name)] = _ArrayOp(form, name)
+        ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
+        self.append((op, ins, kw, _wrap(out)))
+        return out
+
+
+class _ArrayOp:
+    """A step of backward on arrays, called like a primitive's forward: ``fwd(*ins, **kw)``."""
+
+    __slots__ = ("fwd", "name")
+
+    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
+        self.fwd = fwd
+        self.name = name
+
+
+_ARRAY_OPS: dict[tuple[int, str], _ArrayOp] = {}
+
 
 _PKG = os.path.dirname(os.path.abspath(__file__))
 

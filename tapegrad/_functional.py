@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._autodiff import Tape, trace
-from ._autodiff._request import module_gradients, target_seeds, tensor_gradients
+from ._autodiff._request import result, target_seeds
 from ._tensor import Parameter, Tensor
 from .ops._common import as_tensor
 
@@ -116,11 +116,9 @@ def value_and_grad(
             )
         # one backward pass for every differentiated argument
         flat = [t for _, ts in wrt for t in ts]
-        results, _, facts = tape._run(target_seeds(tape, value, None, strict=False), flat)
+        results, leaves, facts = tape._run(target_seeds(tape, value, None, strict=False), flat)
         grads = [
-            module_gradients(ts, results, facts)
-            if m is not None
-            else tensor_gradients(ts, results)[0]
+            result(ts[0] if m is None else m, ts, m is not None, results, leaves, facts, None)
             for m, ts in wrt
         ]
         g = grads[0] if isinstance(argnums, int) else tuple(grads)

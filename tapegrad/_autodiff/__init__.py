@@ -5,7 +5,6 @@ layout and the hooks are drawn in docs/design.md ("Layers").
 """
 
 from ._apply import apply
-from ._engine import ArrayOp
 from ._gradients import Gradients, MissingGradientError
 from ._namespace import ARRAYS, set_tensor_namespace
 from ._primitive import OUT, PRIMITIVES, Joint, Primitive, defprim, nondiff, undefprim

@@ -106,16 +106,13 @@ def _forward_error(
     else:
         fix = "check the inputs' shapes and dtypes against what the op expects"
     text = f"{prim.name}: {msg} (inputs: {ins}{extra}); fix: {fix}"
-    try:
-        err = type(e)(text)
-        if str(err) == text:
-            return err
-    except Exception:  # noqa: BLE001, S110 - exceptions with other constructors (numpy's)
-        pass
-    for cls in (ValueError, TypeError, IndexError):
-        if isinstance(e, cls):
-            return cls(text)
-    return ValueError(text)  # pragma: no cover
+    try:  # the same class where its constructor takes a message (numpy's AxisError does)
+        err: Exception | None = type(e)(text)
+    except Exception:  # noqa: BLE001
+        err = None
+    if err is None or str(err) != text:  # e is one of the three caught in apply
+        err = next(c for c in (ValueError, TypeError, IndexError) if isinstance(e, c))(text)
+    return err
 
 
 _FLOATS = frozenset(np.dtype(c) for c in "efdgFDG")
@@ -140,8 +137,8 @@ def _record(
     ex: Any
     ey: Any
     e: Any
-    if n == 2:
-        x, y = inputs
+    if 0 < n <= 2:
+        x, y = inputs if n == 2 else (inputs[0], None)
         ex = ey = None
         if isinstance(x, Tensor):
             vsum = x._version
@@ -161,19 +158,7 @@ def _record(
                 if y._is_param and y.requires_grad:  # type: ignore[attr-defined]
                     ey = y
                     param = True
-        ids = (ex, ey)
-    elif n == 1:
-        x = inputs[0]
-        ex = None
-        if isinstance(x, Tensor):
-            vsum = x._version
-            ex = x._tid
-            if ex is not None:
-                tapes = x._tapes
-                if x._is_param and x.requires_grad:  # type: ignore[attr-defined]
-                    ex = x
-                    param = True
-        ids = (ex,)
+        ids = (ex, ey) if n == 2 else (ex,)
     else:
         ids = []
         for x in inputs:

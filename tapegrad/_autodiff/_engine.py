@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._backend import np
 from .._tensor import Tensor, _wrap
 from ._namespace import ARRAYS, tensor_namespace
 from ._record import INPUTS, OUT_TID, PARAMS, PRIM, Node, input_tid, no_vjp_error, saved_args
@@ -47,14 +46,18 @@ def reverse_pass(
     passed the last op that used it (its first use in forward order): its gradient is final."""
     xp = tensor_namespace() if tensors else ARRAYS
     cap = None if tensors else STATE.capture
-    call = _call if cap is None else _Capture(cap).call
+    call = _call if cap is None else cap.call  # tg.compile's capture records each step
     grads = dict(seeds)
     results: dict[int, Any] = {}
     final_at = _final_at(nodes, ready[0]) if ready is not None else {}
     after_vjp = STATE.after_vjp
-    for k in range(len(nodes) - 1, -1, -1):
-        if k + 1 in final_at:  # every op after k is passed
-            _report(ready, final_at[k + 1], grads)
+    for k in range(len(nodes) - 1, -2, -1):
+        if k + 1 in final_at:  # every op after k is passed: these leaves' gradients are final
+            for t in final_at[k + 1]:
+                if t in grads:
+                    ready[1](t, grads[t])  # type: ignore[index]
+        if k < 0:
+            break
         rec = nodes[k]
         if rec is None:
             continue
@@ -103,16 +106,8 @@ def reverse_pass(
             prev = gi = None
         # drop this node's arrays now, not when the names are next rebound
         ans = args = joint = g = None
-    if 0 in final_at:
-        _report(ready, final_at[0], grads)
     results.update(grads)  # leaves keep their gradients in `grads`
     return results
-
-
-def _report(ready: Any, tids: list[int], grads: dict[int, Any]) -> None:
-    for t in tids:
-        if t in grads:
-            ready[1](t, grads[t])
 
 
 def _final_at(nodes: list[Any], leaves: dict[int, Any]) -> dict[int, list[int]]:
@@ -159,37 +154,3 @@ def _add(xp: Any, a: Any, b: Any) -> Any:
 
 def _call(fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
     return fn(xp, *args, **kw)
-
-
-class ArrayOp:
-    """An array computation of the backward pass as ``tg.compile`` captures it: a name and a
-    function called as ``fwd(*inputs, **params)``, like a primitive's forward."""
-
-    __slots__ = ("fwd", "name")
-
-    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
-        self.fwd = fwd
-        self.name = name
-
-
-_ARRAY_OPS: dict[tuple[int, str], ArrayOp] = {}
-# steps whose array form is a numpy ufunc: a compiled program can give them an output buffer
-_UFUNC_FORM: dict[Any, Any] = {_add: np.add}
-
-
-class _Capture:
-    """``call`` that also appends each array computation to a ``tg.compile`` capture (arrays
-    wrapped in Tensors: the program finds their slots by array identity)."""
-
-    def __init__(self, records: list[Any]) -> None:
-        self.records = records
-
-    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
-        out = fn(xp, *args, **kw)
-        op = _ARRAY_OPS.get((id(fn), name))
-        if op is None:
-            form = _UFUNC_FORM.get(fn) or (lambda *a, **k: fn(ARRAYS, *a, **k))
-            op = _ARRAY_OPS[(id(fn), name)] = ArrayOp(form, name)
-        ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
-        self.records.append((op, ins, kw, _wrap(out)))
-        return out

@@ -39,16 +39,13 @@ class TapeFacts:
                 "the tape was opened with watch_parameters=False and never watched it "
                 "(watch it with tape.watch(param) or tape.watch(module))"
             )
-        if self.with_style:
-            return (
-                "it never met the tape: it was not used while the tape was open (used outside "
-                "the `with` block, or only inside tg.no_grad())"
-            )
-        return (
-            "it never met the tape: it was not used in the forward pass, or used only by ops "
-            "whose inputs were on no open tape (trace that branch's float input too with "
-            "x.trace(tape), watch its parameters with tape.watch(module), or open the tape with "
-            "`with tg.Tape() as tape:`)"
+        return "it never met the tape: " + (
+            "it was not used while the tape was open (used outside the `with` block, or only "
+            "inside tg.no_grad())"
+            if self.with_style
+            else "it was not used in the forward pass, or used only by ops whose inputs were on "
+            "no open tape (trace that branch's float input too with x.trace(tape), watch its "
+            "parameters with tape.watch(module), or open the tape with `with tg.Tape() as tape:`)"
         )
 
 
@@ -109,7 +106,7 @@ class Gradients:
         return len(self._d)
 
     def __iter__(self) -> Iterator[Tensor]:
-        return (t for t, _ in self._d.values())
+        return iter(self.keys())
 
     def keys(self) -> list[Tensor]:
         """The tensors that have a gradient."""
@@ -156,23 +153,15 @@ class Gradients:
         for k, (t, g) in other._d.items():
             e = self._d.get(k)
             self._d[k] = (t, g if e is None else e[1] + g)
-        for k, tr in other._reasons.items():
-            if k not in self._d:
-                self._reasons[k] = tr
-        for k in list(self._reasons):
-            if k in self._d:
-                del self._reasons[k]
+        reasons = {**self._reasons, **other._reasons}
+        self._reasons = {k: r for k, r in reasons.items() if k not in self._d}
         if self._facts is None:
             self._facts = other._facts
 
     # -- norms --------------------------------------------------------------------------------
     def global_norm(self) -> float:
         """The L2 norm of all gradients together, as a Python float."""
-        total = 0.0
-        for _, g in self._d.values():
-            a = g._data
-            total += float((a * a).sum())
-        return float(np.sqrt(total))
+        return float(np.sqrt(sum(float((g._data * g._data).sum()) for _, g in self._d.values())))
 
     def clip_by_global_norm(self, max_norm: float) -> Gradients:
         """Scaled by ``max_norm / (norm + 1e-6)`` when the global norm exceeds ``max_norm``
@@ -185,12 +174,7 @@ class Gradients:
     # -- names and missing gradients -----------------------------------------------------------
     def named(self, module: Any) -> dict[str, Any]:
         """``{dotted_name: numpy array}`` for the parameters of ``module`` that have a gradient."""
-        out = {}
-        for name, p in module.named_parameters():
-            g = self.get(p)
-            if g is not None:
-                out[name] = g.numpy()
-        return out
+        return {n: g.numpy() for n, p in module.named_parameters() if (g := self.get(p)) is not None}
 
     def why_missing(self, t: Tensor) -> str | None:
         """Why ``t`` has no gradient here (None when it has one).
@@ -242,12 +226,11 @@ class Gradients:
                 (getattr(p, "name", None) or f"parameters[{i}] (shape {tuple(p.shape)})", p)
                 for i, p in enumerate(params)
             )
-        out = {}
-        for name, p in named:
-            if id(p) in self._d or (p._is_param and not p.requires_grad):  # type: ignore[attr-defined]
-                continue
-            out[name] = self.why_missing(p) or ""
-        return out
+        return {
+            name: self.why_missing(p) or ""
+            for name, p in named
+            if id(p) not in self._d and not (p._is_param and not p.requires_grad)  # type: ignore[attr-defined]
+        }
 
     def __repr__(self) -> str:
         names = [str(tname(t)) for t, _ in self._d.values()]

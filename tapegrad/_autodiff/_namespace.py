@@ -25,17 +25,8 @@ class ArrayNamespace:
     def apply(prim: Any, *args: Any, **params: Any) -> Any:
         return prim.fwd(*args, **params)
 
-    @staticmethod
-    def data(x: Any) -> Any:
-        return x
-
-    @staticmethod
-    def const(a: Any) -> Any:
-        return a
-
-    @staticmethod
-    def is_operand(x: Any) -> bool:
-        return is_array(x)
+    data = const = staticmethod(lambda x: x)  # arrays are their own data and constants
+    is_operand = staticmethod(is_array)
 
     @staticmethod
     def concat(xs: Any, axis: int = 0) -> Any:

@@ -25,6 +25,9 @@ class Joint:
         self.fn = fn
 
 
+VJP = Callable[..., Any] | Joint | None | tuple[Callable[..., Any] | None, ...]
+
+
 class Primitive:
     """A differentiable primitive: its forward on arrays and one VJP per input.
 
@@ -40,7 +43,7 @@ class Primitive:
         self,
         name: str,
         fwd: Callable[..., Any],
-        vjp: Callable[..., Any] | Joint | None | tuple[Callable[..., Any] | None, ...] = None,
+        vjp: VJP = None,
         save: tuple[int, ...] = (),
     ) -> None:
         self.name = name
@@ -64,7 +67,7 @@ PRIMITIVES: dict[str, Primitive] = {}
 def defprim(
     name: str,
     fwd: Callable[..., Any],
-    vjp: Callable[..., Any] | Joint | None | tuple[Callable[..., Any] | None, ...] = None,
+    vjp: VJP = None,
     save: tuple[int, ...] = (),
 ) -> Primitive:
     """Register a primitive. ``vjp`` is one function (one input), a tuple (one per input) or a

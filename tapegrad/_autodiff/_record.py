@@ -77,10 +77,6 @@ class Saved:
             t._tapes = tuple(STATE.recording)
         return t
 
-    def current_version(self) -> int:
-        t = self.ref()
-        return self.version if t is None else t._version
-
 
 def keep(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """``args`` for a record: tensors that are on a tape become ``Saved``."""
@@ -132,7 +128,7 @@ def saved_args(rec: Any, tensors: bool) -> tuple[Any, Any]:
     v = 0
     for x in args:
         if x.__class__ is Saved:
-            v += x.current_version()
+            v += x.version if (t := x.ref()) is None else t._version
         elif isinstance(x, Tensor):
             v += x._version
     if v != rec[VERSIONS]:

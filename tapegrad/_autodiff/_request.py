@@ -19,18 +19,14 @@ def source_list(sources: Any, into: Any) -> tuple[list[Tensor] | None, bool]:
         src_list = sources._parameter_list()
     elif isinstance(sources, Tensor):
         src_list = [sources]
-    elif isinstance(sources, (list, tuple)):
+    elif isinstance(sources, (list, tuple)) and all(isinstance(s, Tensor) for s in sources):
         src_list = list(sources)
-        for s in src_list:
-            if not isinstance(s, Tensor):
-                raise TypeError(
-                    "Tape.gradient: sources must be Tensors or a Module, got a "
-                    f"{type(s).__name__} in the list"
-                )
     else:
+        many = isinstance(sources, (list, tuple))
+        bad = next(s for s in sources if not isinstance(s, Tensor)) if many else sources
         raise TypeError(
             "Tape.gradient: sources must be None, a Tensor, a list/tuple of Tensors or a "
-            f"Module, got {type(sources).__name__}"
+            f"Module, got a {type(bad).__name__}" + (" in the list" if many else "")
         )
     if into is not None and src_list is not None and not module_req:
         raise TypeError(
@@ -50,15 +46,19 @@ def result(
     into: Gradients | None,
 ) -> Any:
     """The backward pass's ``{tid: gradient}`` shaped as ``sources`` asked."""
-    if src_list is None:
-        out = Gradients((t, results[tid]) for tid, t in leaves.items() if tid in results)
-        out._reasons = {id(t): (t, NO_PATH) for tid, t in leaves.items() if tid not in results}
-        out._facts = facts
-    elif module_req:
-        out = module_gradients(src_list, results, facts)
-    else:
-        zs = tensor_gradients(src_list, results)
+    def get(t: Tensor) -> Any:
+        return results.get(t._tid) if t._tid is not None else None
+
+    if src_list is not None and not module_req:
+        # A source that does not reach the target has a zero derivative (as in JAX).
+        zs = [g if (g := get(s)) is not None else _wrap(np.zeros_like(s._data)) for s in src_list]
         return zs[0] if isinstance(sources, Tensor) else type(sources)(zs)
+    ts = leaves.values() if src_list is None else src_list
+    out = Gradients((t, g) for t in ts if (g := get(t)) is not None)
+    for t in ts:  # a reason for each trainable one not reached
+        if id(t) not in out._d and (src_list is None or t.requires_grad):  # type: ignore[attr-defined]
+            out._reasons[id(t)] = (t, NO_PATH if src_list is None else facts.reason(t))
+    out._facts = facts
     if into is not None:
         into._accumulate(out)
         return into
@@ -92,19 +92,14 @@ def target_seeds(
     """``{tid: output gradient}`` for the targets; with ``strict``, each must be on this tape
     (otherwise it is a constant here and is skipped)."""
     targets = list(target) if isinstance(target, (list, tuple)) else [target]
+    ogs = output_gradients if isinstance(output_gradients, (list, tuple)) else [output_gradients]
     if output_gradients is None:
-        ogs: list[Any] = [None] * len(targets)
-    else:
-        ogs = (
-            list(output_gradients)
-            if isinstance(output_gradients, (list, tuple))
-            else [output_gradients]
+        ogs = [None] * len(targets)
+    elif len(ogs) != len(targets):
+        raise ValueError(
+            f"Tape.gradient: {len(targets)} target(s) but {len(ogs)} output_gradients; "
+            "give one per target"
         )
-        if len(ogs) != len(targets):
-            raise ValueError(
-                f"Tape.gradient: {len(targets)} target(s) but {len(ogs)} output_gradients; "
-                "give one per target"
-            )
     seeds: dict[int, Tensor] = {}
     for k, (t, og) in enumerate(zip(targets, ogs, strict=True)):
         if not isinstance(t, Tensor):
@@ -141,27 +136,3 @@ def target_seeds(
                 "tg.no_grad() have left every tape."
             )
     return seeds
-
-
-def module_gradients(
-    params: list[Tensor], results: dict[int, Tensor], facts: TapeFacts
-) -> Gradients:
-    """A Gradients over ``params``: the ones reached, and a reason for each trainable one not."""
-    out = Gradients()
-    for p in params:
-        g = results.get(p._tid) if p._tid is not None else None
-        if g is not None:
-            out._d[id(p)] = (p, g)
-        elif p.requires_grad:  # type: ignore[attr-defined]
-            out._reasons[id(p)] = (p, facts.reason(p))
-    out._facts = facts
-    return out
-
-
-def tensor_gradients(sources: list[Tensor], results: dict[int, Tensor]) -> list[Tensor]:
-    out = []
-    for s in sources:
-        g = results.get(s._tid) if s._tid is not None else None
-        # A source that does not reach the target has a zero derivative (as in JAX).
-        out.append(g if g is not None else _wrap(np.zeros_like(s._data)))
-    return out

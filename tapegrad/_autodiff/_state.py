@@ -42,7 +42,7 @@ class TraceState(threading.local):
         self.scope: list[str] = []  # module paths pushed by Module.__call__
         # while not None, every primitive call (forward through ``apply``, backward on arrays
         # through the engine) is appended here as (op, inputs, params, output): tg.compile
-        self.capture: list[Any] | None = None
+        self.capture: Any = None
         # the tapes recording now, however opened; while none is, backward runs on arrays
         self.recording: weakref.WeakSet[Any] = weakref.WeakSet()
         # checks run after every op (forward) and every VJP (backward): tg.detect_anomaly
@@ -100,8 +100,11 @@ def current_scope() -> str | None:
 
 
 # -- tg.compile's capture ----------------------------------------------------------------------
-def start_capture(records: list[Any]) -> None:
-    """Append every primitive call to ``records`` until ``stop_capture`` (no nesting)."""
+def start_capture(records: Any) -> None:
+    """Until ``stop_capture``, append every primitive call to ``records`` as (primitive,
+    inputs, params, output), and run backward's array steps through
+    ``records.call(fn, name, xp, args, kw)``, which must return ``fn(xp, *args, **kw)`` (no
+    nesting)."""
     if STATE.capture is not None:
         raise RuntimeError("tg.compile: captures do not nest")
     STATE.capture = records
@@ -169,8 +172,7 @@ def set_recording(tape: Any, flag: bool) -> None:
         STATE.recording.add(tape)
     else:
         STATE.recording.discard(tape)
-    if tape._in_with:
-        _sync_auto()
+    STATE.auto = tuple(tp for tp in STATE.with_tapes if tp._recording and tp.watch_parameters)
 
 
 def open_with(tape: Any) -> None:
@@ -182,15 +184,9 @@ def open_with(tape: Any) -> None:
 
 def close(tape: Any) -> None:
     """Stop ``tape`` recording and, if a ``with`` block opened it, close that."""
-    tape._recording = False
-    STATE.recording.discard(tape)
     if tape._in_with:
         tape._in_with = False
         with contextlib.suppress(ValueError):
             STATE.with_tapes.remove(tape)
             ACTIVE.add(-1)
-        _sync_auto()
-
-
-def _sync_auto() -> None:
-    STATE.auto = tuple(tp for tp in STATE.with_tapes if tp._recording and tp.watch_parameters)
+    set_recording(tape, False)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -15,13 +16,6 @@ from ._primitive import defprim
 from ._record import INPUTS, OUT_DTYPE, OUT_SHAPE, OUT_TID, Node, saved_bytes
 from ._request import check_sources, result, source_list, target_seeds
 from ._state import anomaly_mode, close, is_recording, open_with, set_recording
-
-_RELEASED_MSG = (
-    "Tape.gradient: this tape was released: a non-persistent tape frees what it saved as its "
-    "first gradient() call uses it, or release() was called. Open it with "
-    "tg.Tape(persistent=True) to call gradient() several times (one backward pass each), and "
-    "call tape.release() when done."
-)
 
 
 class Tape:
@@ -70,11 +64,7 @@ class Tape:
 
     # -- opening and closing --------------------------------------------------------------------
     def __enter__(self) -> Tape:
-        if self._released:
-            raise RuntimeError(
-                "Tape: this tape was released (after a non-persistent gradient() call or "
-                "release()); open a new tg.Tape()"
-            )
+        self._check_live("Tape")
         if self._in_with:
             raise RuntimeError("Tape: this tape is already open in a `with` block")
         self._used_with = True
@@ -96,6 +86,15 @@ class Tape:
         """Stop recording (a traced tape records until gradient, release or stop)."""
         self.__exit__()
 
+    def _check_live(self, op: str) -> None:
+        if self._released:
+            raise RuntimeError(
+                f"{op}: this tape was released: a non-persistent tape frees what it saved as its "
+                "first gradient() call uses it, or release() was called. Open a new tg.Tape(), "
+                "or tg.Tape(persistent=True) to call gradient() several times (one backward "
+                "pass each), and call tape.release() when done."
+            )
+
     @property
     def recording(self) -> bool:
         """Whether ops that touch this tape are being recorded now."""
@@ -113,8 +112,7 @@ class Tape:
         Outside a ``with`` block this opens the tape (dfdx style) until ``gradient``,
         ``release`` or ``stop``. Only float tensors can be watched.
         """
-        if self._released:
-            raise RuntimeError("Tape.watch: this tape was released; open a new tg.Tape()")
+        self._check_live("Tape.watch")
         for it in items:
             if isinstance(it, Tensor):
                 self._watch_tensor(it, "Tape.watch")
@@ -189,39 +187,55 @@ class Tape:
         >>> tape.gradient(y, x, output_gradients=tg.tensor([1.0, 10.0])).tolist()
         [3.0, 30.0]
         """
-        if self._released:
-            raise RuntimeError(_RELEASED_MSG)
-        if self.detect_anomaly and self._anomaly is None:
-            with anomaly_mode():
-                return self._gradient(target, sources, output_gradients, into, on_ready)
-        return self._gradient(target, sources, output_gradients, into, on_ready)
-
-    def _gradient(
-        self, target: Any, sources: Any, output_gradients: Any, into: Any, on_ready: Any
-    ) -> Any:
+        self._check_live("Tape.gradient")
         seeds = target_seeds(self, target, output_gradients)
         src_list, module_req = source_list(sources, into)
-        # Leaves are collected before the walk: a non-persistent backward clears the tape.
-        scan = self._scan()
-        if src_list is not None and not module_req:
-            check_sources(self, src_list, scan[0])
-        results, leaves, facts = self._run(seeds, src_list, scan, on_ready)
+        check = self.detect_anomaly and self._anomaly is None  # outside the `with` block
+        with anomaly_mode() if check else contextlib.nullcontext():
+            results, leaves, facts = self._run(seeds, src_list, not module_req, on_ready)
         return result(sources, src_list, module_req, results, leaves, facts, into)
 
     def _run(
         self,
         seeds: dict[int, Tensor],
         src_list: list[Tensor] | None,
-        scan: tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]] | None = None,
+        check: bool = False,
         on_ready: Callable[[Tensor, Any], None] | None = None,
     ) -> tuple[dict[int, Tensor], dict[int, Tensor], TapeFacts]:
-        """Backward from ``seeds``: (``{tid: gradient}``, the leaves, facts for missing ones)."""
-        info, leaves = self._scan() if scan is None else scan
-        facts = TapeFacts(self, leaves)
-        ready = None
+        """The reverse walk from ``seeds``: ``{tid: gradient}`` for the leaves (and non-leaf
+        sources) reached, the leaves, and facts for the missing ones. With ``check``, tensor
+        sources must be on this tape (an unwatched one would silently get zeros)."""
+        info, leaves = self._scan()  # before the walk: a non-persistent backward clears the tape
+        if check and src_list is not None:
+            check_sources(self, src_list, info)
+        facts, ready = TapeFacts(self, leaves), None
         if on_ready is not None:
             ready = (leaves, lambda tid, g: on_ready(leaves[tid], getattr(g, "_data", g)))
-        return self._backward(seeds, src_list, info, leaves, ready), leaves, facts
+        if src_list is None:
+            needed: Any = info  # every tensor on the tape
+            keep: set[int] = set()
+        else:  # only what depends on a source needs a gradient
+            srcs = {s._tid for s in src_list if s._tid is not None and s._tid in info}
+            needed = needed_tids(self._nodes, srcs)
+            keep = {tid for tid in srcs if tid not in leaves}
+        free = not self.persistent
+        was_recording = self._recording
+        set_recording(self, False)  # backward ops are never recorded on the tape they walk
+        # While no other tape records, nothing can differentiate this pass: run it on arrays.
+        tensors = is_recording()
+        try:
+            if not tensors:
+                seeds = {tid: g._data for tid, g in seeds.items()}
+            out = reverse_pass(self._nodes, seeds, needed, keep, info, free, tensors, ready)
+        finally:
+            if free:
+                self.release()
+            else:
+                set_recording(self, was_recording)
+                self._hold_leaves()
+        if not tensors:
+            out = {tid: _wrap(a) for tid, a in out.items()}
+        return out, leaves, facts
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:
         """``({tid: (shape, dtype)} for every tensor on this tape, {tid: tensor} for its leaves)``.
@@ -244,52 +258,15 @@ class Tape:
             info[tid] = (t._data.shape, t._data.dtype)
         return info, leaves
 
-    def _backward(
-        self,
-        seeds: dict[int, Tensor],
-        src_list: list[Tensor] | None,
-        info: dict[int, tuple[Any, Any]],
-        leaves: dict[int, Tensor],
-        ready: Any = None,
-    ) -> dict[int, Tensor]:
-        """The reverse walk: ``{tid: gradient}`` for the leaves (and non-leaf sources) reached."""
-        if src_list is None:
-            needed: Any = info  # every tensor on the tape
-            keep: set[int] = set()
-        else:  # only what depends on a source needs a gradient
-            srcs = {s._tid for s in src_list if s._tid is not None and s._tid in info}
-            needed = needed_tids(self._nodes, srcs)
-            keep = {tid for tid in srcs if tid not in leaves}
-        free = not self.persistent
-        was_recording = self._recording
-        set_recording(self, False)  # backward ops are never recorded on the tape they walk
-        # While no other tape records, nothing can differentiate this pass: run it on arrays.
-        tensors = is_recording()
-        try:
-            if tensors:
-                return reverse_pass(self._nodes, seeds, needed, keep, info, free, True, ready)
-            arrays = {tid: g._data for tid, g in seeds.items()}
-            raw = reverse_pass(self._nodes, arrays, needed, keep, info, free, False, ready)
-            return {tid: _wrap(a) for tid, a in raw.items()}
-        finally:
-            if free:
-                self._release()
-            else:
-                set_recording(self, was_recording)
-                self._hold_leaves()
-
     # -- release --------------------------------------------------------------------------------
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Free everything the tape holds; later gradient calls raise."""
         self.__exit__()
         self._released = True
         self._nodes = []
         watched, self._leaves = list(self._leaves.values()), {}
         for t in watched:
             t._tapes = tuple(tp for tp in t._tapes if tp is not self)
-
-    def release(self) -> None:
-        """Free everything the tape holds; later gradient calls raise."""
-        self._release()
 
     # -- reading the record (the hooks of summary, to_dot and explain: tapegrad/_inspect.py) ---
     @property
@@ -337,16 +314,14 @@ def backward(t: Tensor, output_gradients: Any = None) -> Gradients:
     """
     live = [tp for tp in t._tapes if not tp._released]
     if not live:
-        if t._tapes:
-            raise RuntimeError(
-                f"backward(): the tape this tensor (shape {tuple(t.shape)}) was on has been "
-                "released by an earlier gradient() call; use tg.Tape(persistent=True) to "
-                "differentiate it more than once"
-            )
         raise RuntimeError(
-            f"backward(): this tensor (shape {tuple(t.shape)}) is on no tape: no op that produced "
-            "it was recorded. Compute it inside `with tg.Tape() as tape:` (parameters are "
-            "watched automatically) or trace an input with x.trace(tape)."
+            f"backward(): the tape this tensor (shape {tuple(t.shape)}) was on has been "
+            "released by an earlier gradient() call; use tg.Tape(persistent=True) to "
+            "differentiate it more than once"
+            if t._tapes
+            else f"backward(): this tensor (shape {tuple(t.shape)}) is on no tape: no op that "
+            "produced it was recorded. Compute it inside `with tg.Tape() as tape:` (parameters "
+            "are watched automatically) or trace an input with x.trace(tape)."
         )
     if len(live) > 1:
         raise RuntimeError(
