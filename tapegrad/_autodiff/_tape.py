@@ -173,8 +173,9 @@ class Tape:
         into: a Gradients to accumulate into (micro-batches); it is returned.
         on_ready: called as ``on_ready(leaf, array)`` as soon as a leaf's gradient is final,
         during the walk (the last op that used the leaf has been passed), with the gradient's
-        array, which it may change in place: data-parallel training starts reducing a bucket
-        of gradients across processes while backward goes on.
+        array: data-parallel training starts reducing a bucket of gradients across processes
+        while backward goes on. Read it, or copy it; never write into it (it may be shared
+        with another gradient, or be a read-only seed).
 
         One reverse walk over the record. A non-persistent tape frees each node as soon as it
         is passed and is released at the end; a persistent one keeps everything.
