@@ -4,7 +4,8 @@
     python benchmarks/scaling.py --append BENCHMARKS.md
 
 Each process trains workload (b) (784-512-512-10, batch 128 per process, SGD) with one BLAS
-thread, bound to a core of its own (``mpirun --bind-to core``); gradients are averaged with
+thread, bound to a core of its own (``mpirun --bind-to core``; ``--mca mpi_yield_when_idle 1``
+so that a waiting rank yields its core instead of spinning); gradients are averaged with
 ``tapegrad.distributed`` every step. Throughput is samples per second over all processes, so
 perfect scaling is 2.0. The one-process run goes through the same code, where the reducer
 copies nothing and communicates nothing (a plain training step). Each configuration runs in
@@ -105,6 +106,9 @@ def launch(n: int, steps: int, bind: str = "core") -> list[float]:
     cmd += [
         "--bind-to",
         bind,
+        "--mca",  # a waiting rank yields its core (the machine is shared) instead of spinning
+        "mpi_yield_when_idle",
+        "1",
         sys.executable,
         __file__,
         "--worker",
@@ -166,14 +170,17 @@ def row(m: dict[str, float]) -> str:
 HEADER = """
 ## Data-parallel scaling (`benchmarks/scaling.py`)
 
-Workload (b) on MPI (`tapegrad.distributed`), one BLAS thread per process, batch 128 per process;
-throughput is samples/s over all processes (2.00x is perfect scaling); medians over {rounds}
-rounds. The step reduces its buckets while backward runs (`tape.gradient(..., on_ready=
+Workload (b) on MPI (`tapegrad.distributed`), one BLAS thread per process, each process bound
+to its own core (`mpirun --bind-to core --mca mpi_yield_when_idle 1`), batch 128 per process;
+the one-process run is a plain step (the reducer does nothing in a world of one); throughput is
+samples/s over all processes (2.00x is perfect scaling); medians over {rounds} rounds, 1 and 2
+processes alternating. The step reduces its buckets while backward runs (`tape.gradient(..., on_ready=
 reducer.ready)`); exposed all-reduce is the share of the 2-process step spent in
 `reducer.wait` after backward. The last column is the same step with the blocking
 `all_reduce` after backward (its throughput ratio in parentheses). Forward+backward alone,
 1 and 2 processes, shows how much of a shortfall is the CPU shared with other work rather than
-communication (it would not change with perfect scaling); the load average is at the end.
+communication (it would not change with perfect scaling); the load average (median over the
+rounds) is at the end.
 
 | workload | 1 process x 1 thread, per step | 2 processes x 1 thread, per step (overlapped) | throughput ratio | exposed all-reduce | blocking all_reduce, per step | forward+backward, 1 / 2 processes | load |
 |---|---|---|---|---|---|---|---|
