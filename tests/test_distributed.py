@@ -313,3 +313,18 @@ def test_data_parallel_example_trains_on_two_processes(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("2 process(es)")  # printed by rank 0 only
     assert float(lines[0].split("accuracy ")[1].split("%")[0]) > 80
     assert (tmp_path / "checkpoint.safetensors").exists()
+
+
+@needs_mpi
+@pytest.mark.slow  # four launches of mpirun, about 10 s
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="binds 2 processes to 2 cores")
+def test_scaling_benchmark_runs_and_binds_each_rank_to_its_own_core():
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--rounds", "1", "--steps", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = [s for s in r.stdout.splitlines() if s.startswith("| (b) MLP")]
+    assert len(row) == 1 and row[0].count("|") == 9
+    cpus = [s for s in r.stderr.splitlines() if s.startswith("CPUS ")]
+    assert len(cpus) == 2 and cpus[1].startswith("CPUS [[0], [1]]")  # one core each
+    assert all(s.endswith(("BLAS threads 1", "BLAS threads None")) for s in cpus)
