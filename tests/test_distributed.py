@@ -122,6 +122,8 @@ def test_world_of_one_needs_no_launcher():
     assert dist.world_size() == 1 and dist.rank() == 0 and dist.is_main()
     assert isinstance(dist.get_communicator(), dist.LocalCommunicator)
     dist.barrier()
+    with pytest.raises(ValueError, match=r"init: timeout must be > 0 seconds or None, got 0"):
+        dist.init(timeout=0)
 
 
 def test_buckets_follow_reverse_parameter_order_and_the_size_limit():

@@ -57,6 +57,8 @@ def init(
     >>> dist.init().size, dist.rank(), dist.world_size()
     (1, 0, 1)
     """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"distributed.init: timeout must be > 0 seconds or None, got {timeout}")
     if comm is not None:
         _COMM[0] = comm
         return comm
