@@ -20,8 +20,8 @@ HANG_TIMEOUT = 3.0  # seconds: dist.init(timeout=...) of the "hang" programs
 
 
 def make_model(dtype: str) -> tg.nn.Module:
-    """Small layers packed into shared buckets, and a (1024, 64) weight, 256 kB or more,
-    that has a bucket of its own (reduced in place on the blocking path)."""
+    """Small layers, and a (1024, 64) weight of 256 kB (float32) that is over half a bucket
+    when the bucket is 0.5 MB: a bucket of its own, reduced in place on the blocking path."""
     tg.manual_seed(0)
     model = tg.nn.Sequential(
         tg.nn.Linear(D_IN, 64), tg.nn.Tanh(), tg.nn.Linear(64, 1024), tg.nn.Tanh(),
@@ -60,7 +60,7 @@ def train(dtype: str, world: int, rank: int, overlap: bool = False) -> dict[str,
         if overlap:  # buckets reduced while backward goes on
             grads = reducer.wait(tape.gradient(loss, model, on_ready=reducer.ready))
         else:
-            grads = dist.all_reduce(tape.gradient(loss, model), model=model)
+            grads = dist.all_reduce(tape.gradient(loss, model), model=model, bucket_mb=0.5)
         opt.step(grads)
     return {k: v.numpy() for k, v in model.state_dict().items()}
 

@@ -200,8 +200,8 @@ def test_blocking_reducer_averages_a_large_gradient_in_its_own_array():
     model = tg.nn.Sequential(tg.nn.Linear(8, 300), tg.nn.Tanh(), tg.nn.Linear(300, 300))
     x = tg.randn(4, 8)
     comm = _PeerComm()
-    r = dist.Reducer(list(model.parameters()), comm=comm)
-    w = model[2].weight  # 300 x 300 float32: 360 kB, a bucket of its own
+    r = dist.Reducer(list(model.parameters()), comm=comm, bucket_mb=0.5)
+    w = model[2].weight  # 300 x 300 float32: 360 kB, over half a bucket: a bucket of its own
     assert [b.own for b in r.buckets] == [False, True, False]  # b2 | w2 | b1, w1
     assert [[s[0] for s in b.slots] for b in r.buckets][1] == [w]
     plain = _two_layer_grads(model, x)
@@ -228,7 +228,7 @@ def test_both_paths_reduce_a_gradient_array_two_parameters_share_once():
     assert plain[p].numpy() is plain[q].numpy()
     for overlap in (False, True):
         comm = _PeerComm()
-        r = dist.Reducer([w, p, q], comm=comm)
+        r = dist.Reducer([w, p, q], comm=comm, bucket_mb=0.5)
         assert r.nbuckets == 3 and all(b.own for b in r.buckets)
         if overlap:  # ready copies: the shared array still feeds w's gradient in backward
             got = r.wait(grads_of(on_ready=r.ready))

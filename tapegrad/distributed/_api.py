@@ -177,21 +177,16 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
 class _Bucket:
     __slots__ = ("buf", "dtype", "own", "pending", "request", "slots")
 
-    def __init__(self, dtype: Any, slots: list[tuple[Tensor, int, int, tuple[int, ...]]]) -> None:
+    def __init__(
+        self, dtype: Any, slots: list[tuple[Tensor, int, int, tuple[int, ...]]], own: bool
+    ) -> None:
         self.dtype = dtype
         self.slots = slots  # (param, offset, size, shape)
         total = sum(s[2] for s in slots)
-        # one large gradient: the blocking path reduces its own array, no copies
-        self.own = len(slots) == 1 and total * dtype.itemsize >= _OWN_BUCKET_BYTES
+        self.own = own  # one large gradient: the blocking path reduces its own array
         self.buf = np.empty(total, dtype=dtype)
         self.pending = len(slots)
         self.request: Request | None = None
-
-
-# A gradient of at least this size gets a bucket (a collective) of its own: copying it into a
-# shared bucket and back costs two passes over its bytes, more than one more collective
-# (measured on 2 processes, Open MPI sm: docs/design.md).
-_OWN_BUCKET_BYTES = 256 * 1024
 
 
 class Reducer:
@@ -199,8 +194,8 @@ class Reducer:
 
     ``params`` fixes the layout: buckets fill in reverse parameter order (the order backward
     produces gradients), one dtype per bucket, so every rank builds the same buckets. A
-    gradient of 256 kB or more has a bucket of its own: the blocking path reduces it in
-    place, in its own array, without copying it.
+    gradient of half a bucket or more has a bucket of its own: the blocking path reduces it
+    in place, in its own array, without copying it.
 
     Two paths. Blocking: ``reduce(grads)`` runs one ``Allreduce`` per bucket after backward
     and leaves the results in ``grads``, in place. Overlapped: ``ready(param, array)`` as each
@@ -249,11 +244,14 @@ class Reducer:
             dt = np.dtype(p.dtype)
             off = sizes.get(dt, 0)
             nbytes = int(p.size) * dt.itemsize
-            if nbytes >= _OWN_BUCKET_BYTES:  # its own bucket, after the smaller ones before it
+            # Half a bucket or more: a bucket of its own, after the smaller ones before it.
+            # Not smaller: each collective is one more wait for the slowest rank, which on a
+            # shared machine costs more than copying (docs/distributed.md).
+            if 2 * nbytes >= limit:
                 if off:
                     self._close(dt, open_.pop(dt))
                     sizes[dt] = 0
-                self._close(dt, [(p, 0, int(p.size), tuple(p.shape))])
+                self._close(dt, [(p, 0, int(p.size), tuple(p.shape))], own=True)
                 continue
             if off and off * dt.itemsize + nbytes > limit:  # full: close it first
                 self._close(dt, open_.pop(dt))
@@ -264,8 +262,8 @@ class Reducer:
             if slots:
                 self._close(dt, slots)
 
-    def _close(self, dt: Any, slots: list[Any]) -> None:
-        b = _Bucket(dt, slots)
+    def _close(self, dt: Any, slots: list[Any], own: bool = False) -> None:
+        b = _Bucket(dt, slots, own)
         for i, s in enumerate(slots):
             self._where[id(s[0])] = (b, i)
         self.buckets.append(b)
