@@ -6,7 +6,9 @@
     python examples/data_parallel.py                         # 1 process: no MPI needed
 
 (install with pip install 'tapegrad[mpi]'; as root add --allow-run-as-root, and
---oversubscribe to start more processes than cores.) Each process builds the model, takes rank
+--oversubscribe to start more processes than cores; on one machine, OMP_NUM_THREADS=1 with
+--bind-to core gives each process a core of its own, and --mca mpi_yield_when_idle 1 keeps a
+waiting process from spinning on a core that other jobs share.) Each process builds the model, takes rank
 0's weights (broadcast_parameters), reads its own shard of every epoch
 (tg.data.DistributedSampler) and averages the gradients with the others every step
 (dist.all_reduce). The global batch is batch_size x N. Rank 0 prints, evaluates and writes

@@ -16,11 +16,17 @@ import tapegrad as tg
 import tapegrad.distributed as dist
 
 STEPS, LOCAL_BATCH, D_IN = 20, 4, 6
+HANG_TIMEOUT = 3.0  # seconds: dist.init(timeout=...) of the "hang" programs
 
 
 def make_model(dtype: str) -> tg.nn.Module:
+    """Small layers, and a (1024, 64) weight of 256 kB (float32) that is over half a bucket
+    when the bucket is 0.5 MB: a bucket of its own, reduced in place on the blocking path."""
     tg.manual_seed(0)
-    model = tg.nn.Sequential(tg.nn.Linear(D_IN, 16), tg.nn.Tanh(), tg.nn.Linear(16, 3))
+    model = tg.nn.Sequential(
+        tg.nn.Linear(D_IN, 64), tg.nn.Tanh(), tg.nn.Linear(64, 1024), tg.nn.Tanh(),
+        tg.nn.Linear(1024, 3),
+    )
     return model.to(dtype) if dtype != "float32" else model
 
 
@@ -54,7 +60,7 @@ def train(dtype: str, world: int, rank: int, overlap: bool = False) -> dict[str,
         if overlap:  # buckets reduced while backward goes on
             grads = reducer.wait(tape.gradient(loss, model, on_ready=reducer.ready))
         else:
-            grads = dist.all_reduce(tape.gradient(loss, model), model=model)
+            grads = dist.all_reduce(tape.gradient(loss, model), model=model, bucket_mb=0.5)
         opt.step(grads)
     return {k: v.numpy() for k, v in model.state_dict().items()}
 
@@ -106,18 +112,26 @@ def ckpt_run(ckpt: str, out: str, resume: bool) -> None:
 
 
 def failing(how: str) -> None:
-    dist.init()
+    """Rank 1 fails at step 3: killed, raising, hanging (in user code, before the blocking
+    ``all_reduce`` or the overlapped ``Reducer.wait``), or with another model from the start."""
+    dist.init(timeout=HANG_TIMEOUT if how.startswith("hang") else 1800.0)
     model = tg.nn.Linear(3, 2 + (dist.rank() if how == "mismatch" else 0))
     dist.broadcast_parameters(model)
+    reducer = dist.Reducer(list(model.parameters()))
     for step in range(100000):
         if dist.rank() == 1 and step == 3:
             if how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if how == "raise":
                 raise RuntimeError("rank 1 failed on purpose")
+            if how.startswith("hang"):
+                time.sleep(3600)
         with tg.Tape() as tape:
             loss = model(tg.ones(2, 3)).sum()
-        dist.all_reduce(tape.gradient(loss, model))
+        if how == "hang-overlapped":
+            reducer.wait(tape.gradient(loss, model, on_ready=reducer.ready))
+        else:
+            dist.all_reduce(tape.gradient(loss, model))
         time.sleep(0.01)
 
 

@@ -95,6 +95,19 @@ def test_a_failed_rank_ends_the_job_with_an_error(how):
 
 
 @needs_mpi
+@pytest.mark.parametrize("how", ["hang", "hang-overlapped"])
+def test_a_hanging_rank_ends_the_job_after_the_timeout(how):
+    t0 = time.monotonic()
+    r = mpirun(2, how, timeout=90)
+    took = time.monotonic() - t0
+    assert r.returncode != 0
+    assert worker.HANG_TIMEOUT < took < 60  # not before the timeout, not hours after it
+    what = "Reducer.wait" if how == "hang-overlapped" else "all_reduce has waited"
+    assert "[rank 0/2] distributed:" in r.stderr and what in r.stderr, r.stderr[-3000:]
+    assert f"(timeout {worker.HANG_TIMEOUT:g} s)" in r.stderr
+
+
+@needs_mpi
 def test_different_parameter_shapes_are_detected_at_broadcast():
     r = mpirun(2, "mismatch")
     assert r.returncode != 0
@@ -109,6 +122,8 @@ def test_world_of_one_needs_no_launcher():
     assert dist.world_size() == 1 and dist.rank() == 0 and dist.is_main()
     assert isinstance(dist.get_communicator(), dist.LocalCommunicator)
     dist.barrier()
+    with pytest.raises(ValueError, match=r"init: timeout must be > 0 seconds or None, got 0"):
+        dist.init(timeout=0)
 
 
 def test_buckets_follow_reverse_parameter_order_and_the_size_limit():
@@ -154,6 +169,74 @@ def test_reducer_driven_by_the_tape_leaves_gradients_as_computed_in_a_world_of_o
     assert r.wait(grads) is grads
     for p, g in grads.items():
         assert np.array_equal(g.numpy(), plain[p].numpy())
+
+
+class _PeerComm(dist.Communicator):
+    """Rank 0 of a world of two, in one process: the other rank's gradients are all ones."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        self.calls = 0
+
+    def allreduce_(self, buf, op="sum"):
+        assert op == "sum"
+        self.calls += 1
+        buf += 1
+
+    def iallreduce_(self, buf, op="sum"):
+        self.allreduce_(buf, op)
+        return dist.Request()
+
+
+def _two_layer_grads(model, x):
+    with tg.Tape() as tape:
+        loss = (model(x) ** 2).mean()
+    return tape.gradient(loss, model)
+
+
+def test_blocking_reducer_averages_a_large_gradient_in_its_own_array():
+    tg.manual_seed(0)
+    model = tg.nn.Sequential(tg.nn.Linear(8, 300), tg.nn.Tanh(), tg.nn.Linear(300, 300))
+    x = tg.randn(4, 8)
+    comm = _PeerComm()
+    r = dist.Reducer(list(model.parameters()), comm=comm, bucket_mb=0.5)
+    w = model[2].weight  # 300 x 300 float32: 360 kB, over half a bucket: a bucket of its own
+    assert [b.own for b in r.buckets] == [False, True, False]  # b2 | w2 | b1, w1
+    assert [[s[0] for s in b.slots] for b in r.buckets][1] == [w]
+    plain = _two_layer_grads(model, x)
+    grads = _two_layer_grads(model, x)
+    arrays = {id(p): grads[p].numpy() for p in model.parameters()}
+    assert r.reduce(grads) is grads and comm.calls == 3
+    for p in model.parameters():
+        assert grads[p].numpy() is arrays[id(p)]  # written in place, no new arrays
+        np.testing.assert_allclose(grads[p].numpy(), (plain[p].numpy() + 1) / 2, rtol=1e-6)
+
+
+def test_both_paths_reduce_a_gradient_array_two_parameters_share_once():
+    # (x * w + p) + q: backward hands p and q (and the sum) the very same gradient array
+    tg.manual_seed(0)
+    w, p, q = (tg.Parameter(tg.randn(300, 300)) for _ in range(3))
+    x = tg.randn(300, 300)
+
+    def grads_of(**kw):
+        with tg.Tape() as tape:
+            loss = (((x * w + p) + q) ** 2).mean()
+        return tape.gradient(loss, **kw)  # a Gradients of every parameter
+
+    plain = grads_of()
+    assert plain[p].numpy() is plain[q].numpy()
+    for overlap in (False, True):
+        comm = _PeerComm()
+        r = dist.Reducer([w, p, q], comm=comm, bucket_mb=0.5)
+        assert r.nbuckets == 3 and all(b.own for b in r.buckets)
+        if overlap:  # ready copies: the shared array still feeds w's gradient in backward
+            got = r.wait(grads_of(on_ready=r.ready))
+        else:
+            got = r.reduce(grads_of())
+        assert comm.calls == 3  # one collective per bucket on every rank, shared or not
+        for t in (w, p, q):
+            np.testing.assert_allclose(got[t].numpy(), (plain[t].numpy() + 1) / 2, rtol=1e-6)
 
 
 def test_reducer_errors_name_the_problem():
@@ -232,3 +315,18 @@ def test_data_parallel_example_trains_on_two_processes(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("2 process(es)")  # printed by rank 0 only
     assert float(lines[0].split("accuracy ")[1].split("%")[0]) > 80
     assert (tmp_path / "checkpoint.safetensors").exists()
+
+
+@needs_mpi
+@pytest.mark.slow  # four launches of mpirun, about 10 s
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="binds 2 processes to 2 cores")
+def test_scaling_benchmark_runs_and_binds_each_rank_to_its_own_core():
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--rounds", "1", "--steps", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = [s for s in r.stdout.splitlines() if s.startswith("| (b) MLP")]
+    assert len(row) == 1 and row[0].count("|") == 9
+    cpus = [s for s in r.stderr.splitlines() if s.startswith("CPUS ")]
+    assert len(cpus) == 2 and cpus[1].startswith("CPUS [[0], [1]]")  # one core each
+    assert all(s.endswith(("BLAS threads 1", "BLAS threads None")) for s in cpus)

@@ -29,6 +29,7 @@ __all__ = [
 
 _COMM: list[Communicator | None] = [None]
 _BUCKET_MB = 25.0
+_TIMEOUT = 1800.0  # seconds a collective may wait for the other ranks (PyTorch's gloo default)
 
 
 def _launched_size() -> int:
@@ -36,19 +37,28 @@ def _launched_size() -> int:
     return launch_rank_size()[1]
 
 
-def init(comm: Communicator | None = None, *, abort_on_error: bool = True) -> Communicator:
+def init(
+    comm: Communicator | None = None,
+    *,
+    abort_on_error: bool = True,
+    timeout: float | None = _TIMEOUT,
+) -> Communicator:
     """Join the process group and return its communicator (idempotent).
 
     Under ``mpirun -n N`` every process joins ``MPI.COMM_WORLD``; a process started without a
     launcher is a world of size 1 and needs no MPI. ``comm`` installs a communicator of your
     own (another backend). With ``abort_on_error`` an exception that escapes on one rank
     prints its traceback and aborts the whole job, so the other ranks do not wait forever
-    in a collective.
+    in a collective. ``timeout`` (seconds; None: wait forever) bounds how long one collective
+    waits for the other ranks: past it the job is aborted with a message naming the rank and
+    the collective (a rank that hangs would otherwise hang the whole job).
 
     >>> import tapegrad.distributed as dist
     >>> dist.init().size, dist.rank(), dist.world_size()
     (1, 0, 1)
     """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"distributed.init: timeout must be > 0 seconds or None, got {timeout}")
     if comm is not None:
         _COMM[0] = comm
         return comm
@@ -60,7 +70,7 @@ def init(comm: Communicator | None = None, *, abort_on_error: bool = True) -> Co
         c = LocalCommunicator()
     else:
         try:
-            c = MPICommunicator()
+            c = MPICommunicator(timeout=timeout)
         except ImportError:
             raise ImportError(
                 f"distributed.init: the launcher started {size} processes but mpi4py is not "
@@ -165,12 +175,15 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
 
 
 class _Bucket:
-    __slots__ = ("buf", "dtype", "pending", "request", "slots")
+    __slots__ = ("buf", "dtype", "own", "pending", "request", "slots")
 
-    def __init__(self, dtype: Any, slots: list[tuple[Tensor, int, int, tuple[int, ...]]]) -> None:
+    def __init__(
+        self, dtype: Any, slots: list[tuple[Tensor, int, int, tuple[int, ...]]], own: bool
+    ) -> None:
         self.dtype = dtype
         self.slots = slots  # (param, offset, size, shape)
         total = sum(s[2] for s in slots)
+        self.own = own  # one large gradient: the blocking path reduces its own array
         self.buf = np.empty(total, dtype=dtype)
         self.pending = len(slots)
         self.request: Request | None = None
@@ -180,17 +193,21 @@ class Reducer:
     """Averages (or sums) gradients across ranks in buckets of about ``bucket_mb`` megabytes.
 
     ``params`` fixes the layout: buckets fill in reverse parameter order (the order backward
-    produces gradients), one dtype per bucket, so every rank builds the same buckets.
+    produces gradients), one dtype per bucket, so every rank builds the same buckets. A
+    gradient of half a bucket or more has a bucket of its own: the blocking path reduces it
+    in place, in its own array, without copying it.
 
-    Two paths. Blocking: ``reduce(grads)`` copies the gradients into the buckets, runs one
-    ``Allreduce`` per bucket and writes the results back into ``grads`` in place. Overlapped:
-    ``ready(param, array)`` as each gradient becomes final, which starts a bucket's
-    non-blocking ``Iallreduce`` as soon as all of its gradients have arrived, then
-    ``wait(grads)`` finishes them all and writes back. The tape drives ``ready`` during
-    backward, so communication runs while backward goes on::
+    Two paths. Blocking: ``reduce(grads)`` runs one ``Allreduce`` per bucket after backward
+    and leaves the results in ``grads``, in place. Overlapped: ``ready(param, array)`` as each
+    gradient becomes final copies it into its bucket and starts the bucket's non-blocking
+    ``Iallreduce`` as soon as all of its gradients have arrived, then ``wait(grads)`` finishes
+    them all and writes back. The tape drives ``ready`` during backward, so communication
+    starts while backward goes on::
 
         grads = tape.gradient(loss, model, on_ready=reducer.ready)
         opt.step(reducer.wait(grads))
+
+    In a world of one process both paths leave the gradients as they are and copy nothing.
 
     >>> import tapegrad as tg, tapegrad.distributed as dist
     >>> model = tg.nn.Linear(3, 2)
@@ -226,7 +243,17 @@ class Reducer:
         for p in reversed(self.params):
             dt = np.dtype(p.dtype)
             off = sizes.get(dt, 0)
-            if off and (off + int(p.size)) * dt.itemsize > limit:  # full: close it first
+            nbytes = int(p.size) * dt.itemsize
+            # Half a bucket or more: a bucket of its own, after the smaller ones before it.
+            # Not smaller: each collective is one more wait for the slowest rank, which on a
+            # shared machine costs more than copying (docs/distributed.md).
+            if 2 * nbytes >= limit:
+                if off:
+                    self._close(dt, open_.pop(dt))
+                    sizes[dt] = 0
+                self._close(dt, [(p, 0, int(p.size), tuple(p.shape))], own=True)
+                continue
+            if off and off * dt.itemsize + nbytes > limit:  # full: close it first
                 self._close(dt, open_.pop(dt))
                 off = 0
             open_.setdefault(dt, []).append((p, off, int(p.size), tuple(p.shape)))
@@ -235,8 +262,8 @@ class Reducer:
             if slots:
                 self._close(dt, slots)
 
-    def _close(self, dt: Any, slots: list[Any]) -> None:
-        b = _Bucket(dt, slots)
+    def _close(self, dt: Any, slots: list[Any], own: bool = False) -> None:
+        b = _Bucket(dt, slots, own)
         for i, s in enumerate(slots):
             self._where[id(s[0])] = (b, i)
         self.buckets.append(b)
@@ -246,16 +273,6 @@ class Reducer:
         """The number of buckets (one collective each)."""
         return len(self.buckets)
 
-    def _put(self, p: Tensor, array: Any) -> _Bucket:
-        b, i = self._where[id(p)]
-        _, off, size, shape = b.slots[i]
-        if tuple(array.shape) != shape:
-            raise ValueError(
-                f"Reducer: gradient of shape {tuple(array.shape)} for a parameter {shape}"
-            )
-        b.buf[off : off + size] = array.reshape(-1)
-        return b
-
     def _reduce_op(self) -> str:
         return "sum" if self.op == "mean" else self.op
 
@@ -264,11 +281,21 @@ class Reducer:
 
         Made to be passed as ``tape.gradient(loss, model, on_ready=reducer.ready)``, which calls
         it during backward; tensors outside the reducer's parameters (inputs the tape also
-        watched) are ignored. Each call also lets MPI progress the reductions in flight.
+        watched) are ignored. The array is copied (backward may still use it: an ``add``
+        hands the same array to both of its inputs). Each call also lets MPI progress the
+        reductions in flight.
         """
-        if id(param) not in self._where:
+        where = self._where.get(id(param))
+        if where is None:
             return
-        b = self._put(param, array)
+        b, i = where
+        _, off, size, shape = b.slots[i]
+        if tuple(array.shape) != shape:
+            raise ValueError(
+                f"Reducer: gradient of shape {tuple(array.shape)} for a parameter {shape}"
+            )
+        if self.comm.size > 1:
+            b.buf[off : off + size] = array.reshape(-1)
         b.pending -= 1
         if b.pending == 0:
             b.request = self.comm.iallreduce_(b.buf, self._reduce_op())
@@ -289,32 +316,63 @@ class Reducer:
             b.request.wait()
             b.request = None
             b.pending = len(b.slots)
+            if self.comm.size > 1:
+                self._write_back(b, grads)
         self._started.clear()
-        self._write_back(grads)
         return grads
 
     def reduce(self, grads: Any) -> Any:
         """The blocking path: one ``Allreduce`` per bucket, results written into ``grads``."""
+        n = self.comm.size
+        if n == 1:  # the mean, sum, max or min of one
+            return grads
+        op = self._reduce_op()
+        done: set[int] = set()
         for b in self.buckets:
+            if b.own:  # reduce the gradient's own array when it can be written in place
+                a = _array(grads[b.slots[0][0]])
+                if id(a) in done:  # an earlier parameter's gradient array (p + q hands
+                    self.comm.allreduce_(b.buf, op)  # both the same): reduced already; the
+                    continue  # collective still runs, as it does on every rank
+                if _writable_like(a, b.buf.dtype, b.slots[0][3]):
+                    done.add(id(a))
+                    self.comm.allreduce_(a, op)
+                    if self.op == "mean":
+                        np.divide(a, n, out=a)
+                    continue
             for p, off, size, _ in b.slots:
                 b.buf[off : off + size] = _array(grads[p]).reshape(-1)
-            self.comm.allreduce_(b.buf, self._reduce_op())
-        self._write_back(grads)
+            self.comm.allreduce_(b.buf, op)
+            self._write_back(b, grads)
         return grads
 
-    def _write_back(self, grads: Any) -> None:
+    def _write_back(self, b: _Bucket, grads: Any) -> None:
+        """Bucket ``b``'s result into the arrays of ``grads`` (divided by the world size for
+        the mean, in the same pass)."""
         n = self.comm.size
-        for b in self.buckets:
-            if self.op == "mean" and n > 1:
-                b.buf /= n
-            for p, off, size, shape in b.slots:
-                g = grads[p]
-                view = b.buf[off : off + size].reshape(shape)
-                a = g._data if isinstance(g, Tensor) else g
-                if isinstance(a, np.ndarray) and a.flags.writeable and a.shape == shape:
-                    np.copyto(a, view)
+        mean = self.op == "mean"
+        for p, off, size, shape in b.slots:
+            g = grads[p]
+            view = b.buf[off : off + size].reshape(shape)
+            a = g._data if isinstance(g, Tensor) else g
+            if isinstance(a, np.ndarray) and a.flags.writeable and a.shape == shape:
+                if mean:
+                    np.divide(view, n, out=a)
                 else:
-                    g._data = view.copy()
+                    np.copyto(a, view)
+            else:
+                g._data = view / n if mean else view.copy()
+
+
+def _writable_like(a: Any, dtype: Any, shape: tuple[int, ...]) -> bool:
+    return (
+        isinstance(a, np.ndarray)
+        and a.dtype == dtype
+        and a.shape == shape
+        and a.flags.c_contiguous
+        and a.flags.writeable
+        and a.base is None  # owns its memory: no other array sees the reduction
+    )
 
 
 def _array(g: Any) -> Any:
