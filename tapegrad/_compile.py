@@ -299,8 +299,7 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
                  and self.instrs[i][3] not in outputs and not self.instrs[i][2]}  # fmt: skip
         forever = len(order)
         last: dict[int, int] = {}  # op slot -> position of its last use
-        for pos, i in enumerate(order):
-            last.setdefault(self.instrs[i][3], pos)
+        for pos, i in enumerate(order):  # a value nothing reads is not even named
             for k, v in self.instrs[i][1]:
                 if k == "s" and self.kinds[v][0] == "op":
                     last[v] = pos
