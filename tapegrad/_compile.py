@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import linecache
+import math
 import os
 import sys
 import threading
@@ -63,12 +64,14 @@ def _same(a: Any, b: Any) -> bool:
             and isinstance(b, np.ndarray)
             and a.shape == b.shape
             and a.dtype == b.dtype
-            and bool(np.array_equal(a, b))
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and math.isnan(a):  # NaN is the same NaN
+        return isinstance(b, float) and math.isnan(b)
     try:
         return bool(a == b) and type(a) is type(b)
     except Exception:
@@ -109,8 +112,10 @@ class _Ref:
 def _effect(prim: Any, kw: dict[str, Any]) -> bool:
     """Whether a call must run although nothing reads its result: an in-place update (a
     primitive named ``..._``, an optimizer update) or a random draw (it moves a generator)."""
-    return prim.name.endswith("_") or isinstance(prim, _Update) or any(
-        isinstance(v, Generator) for v in kw.values()
+    return (
+        prim.name.endswith("_")
+        or isinstance(prim, _Update)
+        or any(isinstance(v, Generator) for v in kw.values())
     )
 
 
@@ -180,10 +185,19 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
     # -- the capture --------------------------------------------------------------------------
     def append(self, item: Any) -> None:
         prim, ins, kw, out = item
-        args = tuple(("s", self.slot(x)) if isinstance(x, Tensor) else ("v", x) for x in ins)
+        args = tuple(self._operand(x) for x in ins)
         if prim.name.endswith("_") and args and args[0][0] == "s":
             self._changed(args[0][1])
         self._instr(prim, args, kw, out)
+
+    def _operand(self, x: Any) -> tuple[str, Any]:
+        if isinstance(x, Tensor):
+            return ("s", self.slot(x))
+        if isinstance(x, np.ndarray):  # a raw array: an input's or an op's when it is one
+            s = self._find(self._by_array, x)
+            if s is not None:
+                return ("s", s)
+        return ("v", x)
 
     def update(self, opt: Any, updates: dict[int, _Update], p: Tensor, g: Any, group: Any) -> None:
         u = updates.get(id(opt))
@@ -206,7 +220,12 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         self._bind(out, o)
         v = out._data
         if isinstance(v, (np.ndarray, np.generic)):
-            self.meta[o] = (v.shape, v.dtype, getattr(v, "strides", ()), isinstance(prim.fwd, np.ufunc))
+            self.meta[o] = (
+                v.shape,
+                v.dtype,
+                getattr(v, "strides", ()),
+                isinstance(prim.fwd, np.ufunc),
+            )
             own = _owner(v)
             hit = self._find(self._owners, own)
             if hit is None:
@@ -542,7 +561,9 @@ class CompiledStep:
         return result, prog, list(called.values())
 
 
-def _one_tape_step(loss_fn: Callable[..., Tensor], model: Any, optimizer: Any) -> Callable[..., Tensor]:
+def _one_tape_step(
+    loss_fn: Callable[..., Tensor], model: Any, optimizer: Any
+) -> Callable[..., Tensor]:
     def step(*batch: Any) -> Tensor:
         with Tape() as tape:
             loss = loss_fn(*batch)
