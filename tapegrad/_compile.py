@@ -309,8 +309,8 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         """
         outputs = set(_leaves(self.outputs))
         live = set(outputs)
-        for _, args, kw, o in reversed(self.instrs):  # dead-code elimination
-            if o in live or _effect(self.instrs[self.kinds[o][1]][0], kw):
+        for prim, args, kw, o in reversed(self.instrs):  # dead-code elimination
+            if o in live or _effect(prim, kw):
                 live.add(o)
                 live.update(v for k, v in args if k in "sp")
         order = [i for i, ins in enumerate(self.instrs) if ins[3] in live]
