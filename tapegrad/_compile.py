@@ -180,6 +180,10 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
             s = self._new("leaf", t)
             self._seen[s] = t._version
             self._bind(t, s)
+            own = _owner(t._data)  # views of a parameter made by ops share its owner
+            if isinstance(own, np.ndarray) and self._find(self._owners, own) is None:
+                self._owners[id(own)] = (self._ref(own), s)
+                self.owner_of[s] = s
         return s
 
     # -- the capture --------------------------------------------------------------------------
@@ -313,7 +317,7 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
             if o in live or _effect(prim, kw):
                 live.add(o)
                 live.update(v for k, v in args if k in "sp")
-        order = [i for i, ins in enumerate(self.instrs) if ins[3] in live]
+        order = self._early_updates([i for i, ins in enumerate(self.instrs) if ins[3] in live])
         ufunc = {i for i in order if self.meta.get(self.instrs[i][3], (0, 0, 0, False))[3]
                  and self.instrs[i][3] not in outputs and not self.instrs[i][2]}  # fmt: skip
         forever = len(order)
@@ -391,6 +395,29 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         self.source = "\n".join([*head, *body, ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
+
+    def _early_updates(self, order: list[int]) -> list[int]:
+        """Each optimizer update moved up to just after its gradient is computed and the last
+        earlier op that reads the parameter (or a view of it), so its gradient is freed there
+        rather than held until every gradient exists (eager's ``step`` after ``gradient``). The
+        numbers are unchanged: every op still reads the parameter before or after the same
+        updates as in eager."""
+        group = {s: self.owner_of.get(s, s) for s in range(len(self.kinds))}
+        out: list[int] = []
+        for i in order:
+            prim, args, _, _ = self.instrs[i]
+            if not isinstance(prim, _Update):
+                out.append(i)
+                continue
+            p, g = group[args[0][1]], args[1][1]
+            at = len(out)
+            while at > 0:
+                _, prev_args, _, prev_o = self.instrs[out[at - 1]]
+                if prev_o == g or any(k in "sp" and group[v] == p for k, v in prev_args):
+                    break
+                at -= 1
+            out.insert(at, i)
+        return out
 
 
 def _layout(strides: tuple[int, ...]) -> tuple[int, ...]:
