@@ -1,62 +1,46 @@
-"""Tape replay: capture one training step as a straight-line program and run it again.
+"""Tape replay: capture a training step as a straight-line program and run it again.
 
-``tg.compile(loss_fn, model, optimizer)`` returns a step function. Its first calls run eagerly
-(a tape, ``gradient``, ``optimizer.step``) while every primitive that runs, forward and backward,
-is captured. Two captures with different batches must agree op for op: then the program is
-compiled to one generated Python function (``step.source`` shows it) that calls the primitives'
-forwards and VJPs on arrays (which the engine captures during backward) directly:
-no Tensors, no tape, no per-op bookkeeping, preallocated output buffers for elementwise kernels.
-The optimizer's per-parameter update then runs in place.
+``tg.compile(step_fn)`` returns a step function. ``step_fn(*batch)`` is an ordinary eager step:
+any number of tapes, ``tape.gradient`` calls and ``optimizer.step(grads)`` calls (a GAN's
+discriminator and generator updates, a scheduler's learning rate, clipped gradients), returning
+its losses. ``tg.compile(loss_fn, model, optimizer)`` is the one-tape, one-optimizer case.
+
+The first calls run eagerly while every primitive that runs, forward and backward, every
+optimizer update and every in-place update of a module's state (batch norm's running
+statistics) is captured. Two captures with different batches must agree op for op: then the
+step is compiled to one generated Python function (``step.source`` shows it) that calls the
+primitives' forwards, their VJPs (which the engine captures during backward on arrays) and the
+optimizers' per-parameter updates directly: no Tensors, no tape, no per-op bookkeeping,
+preallocated output buffers for elementwise kernels.
 
 A step whose ops depend on the batch other than through tensor operands (an integer index taken
-from the labels, a random dropout mask, Python control flow on values) captures differently each
-time; it is detected and keeps running eagerly, with one warning. Input shapes or dtypes that
-change trigger a new capture (one program per signature).
+from the labels, a mask made with numpy, Python control flow on values) captures differently
+each time; it is detected and keeps running eagerly, with one warning that names the op, the
+line and the fix. Input shapes or dtypes, or the train/eval state of the modules the step
+calls, that change trigger a new capture (one program per signature and state).
 """
 
 from __future__ import annotations
 
 import builtins
 import linecache
+import math
 import os
 import sys
+import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from . import _autodiff
-from ._autodiff import Gradients, Tape
+from ._autodiff import Tape
 from ._backend import np
 from ._creation import Generator
 from ._tensor import Tensor, _wrap
-from .nn._module import structure_version
+from .nn import _module
 from .ops._common import as_tensor
-from .optim._optimizer import Optimizer
-
-
-class _Records(list):
-    """The capture: (primitive, inputs, params, output) per call, and where the user's code
-    made each call (for the message when two captures differ)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.where: list[str] = []
-
-    def append(self, item: Any) -> None:
-        super().append(item)
-        self.where.append(_user_line())
-
-    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
-        """One array step of backward (a VJP, unbroadcast, cast, add), run and recorded with
-        its arrays wrapped in Tensors: the program finds their slots by array identity."""
-        out = fn(xp, *args, **kw)
-        op = _ARRAY_OPS.get((id(fn), name))
-        if op is None:  # an add of gradients is np.add: a program can give it an output buffer
-            form = np.add if name == "add" else (lambda *a, **k: fn(xp, *a, **k))
-            op = _ARRAY_OPS[(id(fn), name)] = _ArrayOp(form, name)
-        ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
-        self.append((op, ins, kw, _wrap(out)))
-        return out
+from .optim import _optimizer
 
 
 class _ArrayOp:
@@ -70,7 +54,6 @@ class _ArrayOp:
 
 
 _ARRAY_OPS: dict[tuple[int, str], _ArrayOp] = {}
-
 
 _PKG = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,20 +70,6 @@ def _user_line() -> str:
     return "(unknown)"
 
 
-class _Capture:
-    """Records every primitive call: (primitive, inputs, params, output)."""
-
-    def __init__(self) -> None:
-        self.records = _Records()
-
-    def __enter__(self) -> _Capture:
-        _autodiff.start_capture(self.records)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _autodiff.stop_capture()
-
-
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
@@ -108,74 +77,219 @@ def _same(a: Any, b: Any) -> bool:
             and isinstance(b, np.ndarray)
             and a.shape == b.shape
             and a.dtype == b.dtype
-            and bool(np.array_equal(a, b))
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and math.isnan(a):  # NaN is the same NaN
+        return isinstance(b, float) and math.isnan(b)
     try:
         return bool(a == b) and type(a) is type(b)
     except Exception:
         return a is b
 
 
-class _Program:
-    """A captured step turned into slots and instructions."""
+class _Update:
+    """An optimizer's per-parameter update as a program instruction:
+    ``fwd(parameter, gradient array, group)`` is the optimizer's ``update_one``."""
 
-    def __init__(self, cap: _Capture, inputs: list[Tensor], params: list[Tensor],
-                 loss: Tensor, grads: Gradients) -> None:
-        slot: dict[int, int] = {}
-        self.kinds: list[tuple[str, Any]] = []  # per slot: ("input", k) | ("param", p) | ("const", arr) | ("op", i)
+    __slots__ = ("fwd", "name", "opt")
 
-        def new(kind: str, v: Any) -> int:
-            self.kinds.append((kind, v))
-            return len(self.kinds) - 1
+    def __init__(self, opt: Any) -> None:
+        self.opt = opt
+        self.fwd = opt.update_one
+        self.name = f"{type(opt).__name__}.update_one"
 
-        by_array: dict[int, int] = {}  # a detached view shares its array, so its slot too
-        for k, t in enumerate(inputs):
-            slot[id(t)] = by_array[id(t._data)] = new("input", k)
-        for p in params:
-            # the backward's array computations read p's array: find it by array too
-            by_array[id(p._data)] = slot.setdefault(id(p), new("param", p))
+
+class _Ref:
+    """A value compared by identity between two captures (an optimizer's parameter group,
+    whose learning rate a scheduler may change between steps)."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ref) and other.v is self.v
+
+    def __hash__(self) -> int:
+        return id(self.v)
+
+    def __repr__(self) -> str:
+        return f"<the same {type(self.v).__name__}>"
+
+
+def _effect(prim: Any, kw: dict[str, Any]) -> bool:
+    """Whether a call must run although nothing reads its result: an in-place update (a
+    primitive named ``..._``, an optimizer update) or a random draw (it moves a generator)."""
+    return (
+        prim.name.endswith("_")
+        or isinstance(prim, _Update)
+        or any(isinstance(v, Generator) for v in kw.values())
+    )
+
+
+def _owner(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a`` itself unless it is a view)."""
+    while isinstance(a, np.ndarray) and isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+class _Program(list):  # the capture sink: the engine calls append(...) for every primitive call
+    """One captured step, turned into slots and instructions as it runs.
+
+    Nothing of the step is held: values are found by the identity of their Tensor or their
+    array, checked through weak references, so a capture keeps no more memory alive than the
+    eager step itself (holding every intermediate until the end would leave the allocator's
+    heap with a large free region that later steps then fill page by page)."""
+
+    def __init__(self, inputs: list[Tensor]) -> None:
+        super().__init__()
+        # per slot: ("input", k) | ("leaf", Tensor) | ("op", instruction index)
+        self.kinds: list[tuple[str, Any]] = []
         self.instrs: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = []
-        for prim, ins, kw, out in cap.records:
-            args: list[Any] = []
-            for x in ins:
-                if isinstance(x, Tensor):
-                    s = slot.get(id(x))
-                    if s is None:
-                        s = by_array.get(id(x._data))
-                    if s is None:
-                        s = slot[id(x)] = new("const", x._data)
-                    args.append(("s", s))
-                else:
-                    args.append(("v", x))
-            o = new("op", len(self.instrs))
-            slot[id(out)] = by_array[id(out._data)] = o
-            self.instrs.append((prim, tuple(args), kw, o))
-        self.where = list(cap.records.where)
-        self.loss_slot = slot.get(id(loss))
-        self.grad_slots = []
-        for p, g in grads.items():
-            s = slot.get(id(g))
-            if s is None:  # backward on arrays: the gradient is a new wrapper of an op's array
-                s = by_array.get(id(g._data))
-            if s is None:
-                s = new("const", g._data)
-            self.grad_slots.append((p, s))
+        self.where: list[str] = []
+        self.meta: dict[int, tuple[Any, ...]] = {}  # op slot -> (shape, dtype, strides, ufunc)
+        self.owner_of: dict[int, int] = {}  # op slot -> the slot that owns its memory
+        self.outputs: Any = None
+        self.problem: str | None = None
+        self._by_tensor: dict[int, tuple[Any, int]] = {}
+        self._by_array: dict[int, tuple[Any, int]] = {}
+        self._seen: dict[int, int] = {}  # leaf slot -> its version when first met
+        self._bumps: dict[int, int] = {}  # leaf slot -> in-place changes the capture saw
+        self._owners: dict[int, tuple[Any, int]] = {}  # id(owner array) -> (ref, slot)
+        for k, t in enumerate(inputs):
+            self._bind(t, self._new("input", k))
 
-    def signature(self) -> list[Any]:
-        return [(p.name, a, kw) for p, a, kw, _ in self.instrs] + [
-            (k, v if k != "param" else id(v)) for k, v in self.kinds if k != "op"
-        ]
+    # -- slots --------------------------------------------------------------------------------
+    def _new(self, kind: str, v: Any) -> int:
+        self.kinds.append((kind, v))
+        return len(self.kinds) - 1
 
+    @staticmethod
+    def _ref(x: Any) -> Any:
+        try:
+            return weakref.ref(x)
+        except TypeError:  # a numpy scalar: held (it is small), compared by identity
+            return lambda x=x: x
+
+    def _bind(self, t: Tensor, s: int) -> None:
+        self._by_tensor[id(t)] = (self._ref(t), s)
+        self._by_array[id(t._data)] = (self._ref(t._data), s)
+
+    def _find(self, table: dict[int, tuple[Any, int]], x: Any) -> int | None:
+        hit = table.get(id(x))
+        return hit[1] if hit is not None and hit[0]() is x else None
+
+    def slot(self, t: Tensor) -> int:
+        s = self._find(self._by_tensor, t)
+        if s is None:  # a detached view or an array wrapped by backward: found by its array
+            s = self._find(self._by_array, t._data)
+        if s is None:  # made outside the program: a parameter, a module's state, a constant
+            s = self._new("leaf", t)
+            self._seen[s] = t._version
+            self._bind(t, s)
+            own = _owner(t._data)  # views of a parameter made by ops share its owner
+            if isinstance(own, np.ndarray) and self._find(self._owners, own) is None:
+                self._owners[id(own)] = (self._ref(own), s)
+                self.owner_of[s] = s
+        return s
+
+    # -- the capture --------------------------------------------------------------------------
+    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        """One array step of backward (a VJP, unbroadcast, cast, add), run and recorded with
+        its arrays wrapped in Tensors: the program finds their slots by array identity."""
+        out = fn(xp, *args, **kw)
+        op = _ARRAY_OPS.get((id(fn), name))
+        if op is None:  # an add of gradients is np.add: a program can give it an output buffer
+            form = np.add if name == "add" else (lambda *a, **k: fn(xp, *a, **k))
+            op = _ARRAY_OPS[(id(fn), name)] = _ArrayOp(form, name)
+        ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
+        self.append((op, ins, kw, _wrap(out)))
+        return out
+
+    def append(self, item: Any) -> None:
+        prim, ins, kw, out = item
+        args = tuple(self._operand(x) for x in ins)
+        if prim.name.endswith("_") and args and args[0][0] == "s":
+            self._changed(args[0][1])
+        self._instr(prim, args, kw, out)
+
+    def _operand(self, x: Any) -> tuple[str, Any]:
+        if isinstance(x, Tensor):
+            return ("s", self.slot(x))
+        if isinstance(x, np.ndarray):  # a raw array: an input's or an op's when it is one
+            s = self._find(self._by_array, x)
+            if s is not None:
+                return ("s", s)
+        return ("v", x)
+
+    def update(self, opt: Any, updates: dict[int, _Update], p: Tensor, g: Any, group: Any) -> None:
+        u = updates.get(id(opt))
+        if u is None:
+            u = updates[id(opt)] = _Update(opt)
+        ps, gs = self.slot(p), self.slot(_wrap(g))
+        self._changed(ps)
+        self._instr(u, (("p", ps), ("s", gs), ("v", _Ref(group))), {}, None)
+
+    def _changed(self, s: int) -> None:
+        if self.kinds[s][0] == "leaf":
+            self._bumps[s] = self._bumps.get(s, 0) + 1
+
+    def _instr(self, prim: Any, args: tuple[Any, ...], kw: dict[str, Any], out: Any) -> None:
+        o = self._new("op", len(self.instrs))
+        self.instrs.append((prim, args, kw, o))
+        self.where.append(_user_line())
+        if out is None:
+            return
+        self._bind(out, o)
+        v = out._data
+        if isinstance(v, (np.ndarray, np.generic)):
+            self.meta[o] = (
+                v.shape,
+                v.dtype,
+                getattr(v, "strides", ()),
+                isinstance(prim.fwd, np.ufunc),
+            )
+            own = _owner(v)
+            hit = self._find(self._owners, own)
+            if hit is None:
+                self._owners[id(own)] = (self._ref(own), o)
+                hit = o
+            self.owner_of[o] = hit
+
+    def finish(self, result: Any) -> None:
+        """The step's result (Tensors in tuples, lists and dicts) becomes the program's outputs;
+        a parameter or state tensor changed in place by code the capture did not see (its
+        version moved more often than the captured updates) makes the step uncompilable."""
+        self.outputs = _tree(result, self.slot)
+        for s, v0 in self._seen.items():
+            t = self.kinds[s][1]
+            if t._version - v0 != self._bumps.get(s, 0):
+                self.problem = (
+                    f"a tensor of shape {t.shape} was changed in place by code that is not a "
+                    "tapegrad op or an optimizer's step (e.g. x._data[...] = ..., or an "
+                    "optimizer that overrides step()). Fix: change it with tapegrad ops or "
+                    "an optimizer's step, or keep that change outside the step"
+                )
+                return
+        self._by_tensor.clear()
+        self._by_array.clear()
+        self._owners.clear()
+
+    # -- comparing two captures ---------------------------------------------------------------
     def difference(self, other: _Program) -> str | None:
         """None when two captures agree op for op; else which op differs, where the user's code
         made it, and why that keeps the step from compiling."""
-        if len(self.instrs) == len(other.instrs) and _same(self.signature(), other.signature()):
-            return None
-        for i, ((pa, aa, ka, _), (pb, ab, kb, _)) in enumerate(zip(self.instrs, other.instrs, strict=False)):
+        if self.problem or other.problem:
+            return self.problem or other.problem
+        n = min(len(self.instrs), len(other.instrs))
+        for i in range(n):
+            (pa, aa, ka, _), (pb, ab, kb, _) = self.instrs[i], other.instrs[i]
             if pa is not pb:
                 why = f"it is '{pa.name}' in one call and '{pb.name}' in the other"
                 fix = "Python control flow on tensor values (if/while on .item()) changes the ops"
@@ -183,43 +297,57 @@ class _Program:
                 k = next(k for k in {**ka, **kb} if not _same(ka.get(k), kb.get(k)))
                 why = f"its argument {k}= differs between calls ({_short(ka.get(k))} and {_short(kb.get(k))})"
                 fix = "pass values that change per batch as tensor operands, not as Python values"
-            elif not _same(self._consts(aa), other._consts(ab)):
+            elif not _same(aa, ab) or not all(
+                self._same_slot(other, x[1]) for x in aa if x[0] in "sp"
+            ):
                 why = "an operand that is a constant to the program (made outside tapegrad's ops, e.g. with numpy, or from .numpy()/.item()) differs between calls"
                 fix = "compute it with tapegrad ops on the step's inputs, or pass it as an input of the step"
             else:
                 continue
             return f"op {i} '{pa.name}' at {self.where[i]}: {why}. Fix: {fix}"
-        n = min(len(self.instrs), len(other.instrs))
-        longer = self.where if len(self.where) > n else other.where
-        return (
-            f"the two calls ran {len(self.instrs)} and {len(other.instrs)} ops (the first extra "
-            f"op at {longer[n]}). Fix: Python control flow on tensor values changes the ops; keep "
-            "it outside the step"
-        )
+        if len(self.instrs) != len(other.instrs):
+            longer = self.where if len(self.where) > n else other.where
+            return (
+                f"the two calls ran {len(self.instrs)} and {len(other.instrs)} ops (the first "
+                f"extra op at {longer[n]}). Fix: Python control flow on tensor values changes "
+                "the ops; keep it outside the step"
+            )
+        if not _same(self.outputs, other.outputs):
+            return "the step returned different things in the two calls. Fix: return the same tensors every call"
+        return None
 
-    def _consts(self, args: tuple[Any, ...]) -> list[Any]:
-        return [self.kinds[v][1] if k == "s" and self.kinds[v][0] == "const" else None for k, v in args]
+    def _same_slot(self, other: _Program, s: int) -> bool:
+        (ka, va), (kb, vb) = self.kinds[s], other.kinds[s]
+        if ka != kb:
+            return False
+        if ka != "leaf" or va is vb:
+            return True
+        return _same(va._data, vb._data)
 
-    def build(self, example_inputs: list[Any]) -> Callable[..., Any]:
-        """Generate ``run(inputs) -> (loss array, grad arrays)`` as straight-line code.
+    # -- code generation ----------------------------------------------------------------------
+    def build(self, first: _Program) -> Callable[..., Any]:
+        """Generate ``run(inputs) -> output arrays`` as straight-line code.
 
-        Dead ops are dropped; each intermediate is deleted after its last use (with everything
-        that may be a view of it), so the program holds no more than eager does; elementwise
-        kernels write into buffers kept between steps, and a buffer whose value is dead is
-        reused by a later kernel of the same shape and dtype.
+        A leaf that is the same tensor in both captures (a parameter, a module's state, a
+        tensor made once outside the step) is read by identity every run; any other is a
+        constant. Dead ops are dropped (updates and random draws are never dead); each
+        intermediate is deleted after its last use, so the program holds no more than eager
+        does; elementwise kernels write into buffers kept between steps, and a buffer whose
+        value (and every view of it) is dead is reused by a later kernel of the same shape,
+        dtype and layout.
         """
-        outputs: set[int] = {s for s in (self.loss_slot, *(s for _, s in self.grad_slots)) if s is not None}
+        outputs = set(_leaves(self.outputs))
         live = set(outputs)
-        for _, args, _, o in reversed(self.instrs):  # dead-code elimination
-            if o in live:
-                live.update(v for k, v in args if k == "s")
-        order = [i for i, ins in enumerate(self.instrs) if ins[3] in live]
-        ufunc = {i for i in order if isinstance(self.instrs[i][0].fwd, np.ufunc)
+        for prim, args, kw, o in reversed(self.instrs):  # dead-code elimination
+            if o in live or _effect(prim, kw):
+                live.add(o)
+                live.update(v for k, v in args if k in "sp")
+        order = self._early_updates([i for i, ins in enumerate(self.instrs) if ins[3] in live])
+        ufunc = {i for i in order if self.meta.get(self.instrs[i][3], (0, 0, 0, False))[3]
                  and self.instrs[i][3] not in outputs and not self.instrs[i][2]}  # fmt: skip
         forever = len(order)
         last: dict[int, int] = {}  # op slot -> position of its last use
-        for pos, i in enumerate(order):
-            last.setdefault(self.instrs[i][3], pos)
+        for pos, i in enumerate(order):  # a value nothing reads is not even named
             for k, v in self.instrs[i][1]:
                 if k == "s" and self.kinds[v][0] == "op":
                     last[v] = pos
@@ -233,18 +361,36 @@ class _Program:
         ns: dict[str, Any] = {}
         head = ["def run(inputs):"]
         for s, (kind, v) in enumerate(self.kinds):
-            if s not in live:
+            if s not in live or kind == "op":
                 continue
             if kind == "input":
                 head.append(f"    v{s} = inputs[{v}]")
-            elif kind == "param":
-                ns[f"P{s}"] = v
-                head.append(f"    v{s} = P{s}._data")  # read each step: the optimizer updates in place
-            elif kind == "const":
-                ns[f"C{s}"] = v
+            elif first.kinds[s][1] is v:  # the same tensor both times: read it every run
+                ns[f"L{s}"] = v
+                head.append(f"    v{s} = L{s}._data")
+            else:
+                ns[f"C{s}"] = v._data
                 head.append(f"    v{s} = C{s}")
-        body: list[tuple[str, str]] = []  # (line without buffer, line with buffer)
-        buffered: list[int] = []
+        # buffers: one per elementwise kernel, shared by kernels whose values do not overlap
+        pos_of = {self.instrs[i][3]: pos for pos, i in enumerate(order)}
+        group_end: dict[int, int] = {}  # owner slot -> last use of any value on its memory
+        for o, own in self.owner_of.items():
+            if o in last:
+                group_end[own] = max(group_end.get(own, -1), last[o])
+        free: dict[tuple[Any, ...], list[Any]] = {}
+        pending: list[tuple[int, tuple[Any, ...], Any]] = []  # (dead after pos, key, buffer)
+        for i in sorted(ufunc, key=lambda i: pos_of[self.instrs[i][3]]):
+            o = self.instrs[i][3]
+            pos = pos_of[o]
+            for item in [p for p in pending if p[0] < pos]:
+                free.setdefault(item[1], []).append(item[2])
+                pending.remove(item)
+            shape, dtype, strides, _ = self.meta[o]
+            key = (shape, dtype.str, _layout(strides))
+            ns[f"B{o}"] = free[key].pop() if free.get(key) else _empty(shape, dtype, key[2])
+            pending.append((max(last[o], group_end.get(o, -1)), key, ns[f"B{o}"]))
+
+        body: list[str] = []
         for pos, i in enumerate(order):
             prim, args, kw, o = self.instrs[i]
             ns[f"f{i}"] = prim.fwd
@@ -252,65 +398,128 @@ class _Program:
             for k, v in args:
                 if k == "s":
                     argstr.append(f"v{v}")
+                elif k == "p":  # the parameter itself (an optimizer updates it in place)
+                    ns[f"L{v}"] = self.kinds[v][1]
+                    argstr.append(f"L{v}")
                 else:
-                    ns[f"a{i}_{len(argstr)}"] = v
+                    val = v.v if isinstance(v, _Ref) else v
+                    ns[f"a{i}_{len(argstr)}"] = val
                     argstr.append(f"a{i}_{len(argstr)}")
             for name, val in kw.items():
                 ns[f"k{i}_{name}"] = val
                 argstr.append(f"{name}=k{i}_{name}")
-            plain = f"    v{o} = f{i}({', '.join(argstr)})  # {prim.name}"
-            if i in ufunc:  # elementwise kernels write into a buffer kept between steps
-                buffered.append(o)
-                body.append((plain, f"    v{o} = f{i}({', '.join(argstr)}, out=B{o})  # {prim.name}"))
-            else:
-                body.append((plain, plain))
+            if i in ufunc:
+                argstr.append(f"out=B{o}")
+            target = f"v{o} = " if o in last else ""
+            body.append(f"    {target}f{i}({', '.join(argstr)})  # {prim.name}")
             gone = dies_at.get(pos)
             if gone:  # dropping a name only drops a reference: a view keeps its base alive
-                line = "    del " + ", ".join(f"v{m}" for m in gone)
-                body.append((line, line))
-        grads = ", ".join(f"v{s}" for _, s in self.grad_slots)
-        ret = f"    return v{self.loss_slot}, ({grads}{',' if len(self.grad_slots) == 1 else ''})"
-        # One run without buffers tells each buffer's shape and dtype, and which values may
-        # share memory with it (views): a buffer is reused only once all of those are dead.
-        probe = "\n".join([*head, *(a for a, _ in body if "    del " not in a), "    return locals()"])
-        pns = dict(ns)
-        exec(builtins.compile(probe, "<tg.compile probe>", "exec"), pns)  # noqa: S102
-        gens = {id(v): v for _, _, kw, _ in self.instrs for v in kw.values() if isinstance(v, Generator)}
-        states = [(g, g.get_state()) for g in gens.values()]
-        try:
-            values = {o: v for name, v in pns["run"](example_inputs).items()
-                      if name[0] == "v" and (o := int(name[1:])) in last}  # fmt: skip
-        finally:  # the probe's random draws must not advance the generators
-            for g, st in states:
-                g.set_state(st)
-        pos_of = {self.instrs[i][3]: pos for pos, i in enumerate(order)}
-        free: dict[tuple[Any, ...], list[Any]] = {}
-        pending: list[tuple[int, tuple[Any, ...], Any]] = []  # (dead after pos, key, buffer)
-        for o in buffered:
-            pos = pos_of[o]
-            for item in [p for p in pending if p[0] < pos]:
-                free.setdefault(item[1], []).append(item[2])
-                pending.remove(item)
-            arr = values[o]
-            key = (arr.shape, arr.dtype.str)
-            ns[f"B{o}"] = free[key].pop() if free.get(key) else np.empty_like(arr)
-            dead = max([last[o], *(last[m] for m, v in values.items() if _shares(v, arr))])
-            pending.append((dead, key, ns[f"B{o}"]))
-        self.source = "\n".join([*head, *(b for _, b in body), ret])
+                body.append("    del " + ", ".join(f"v{m}" for m in gone))
+        outs = list(_leaves(self.outputs))
+        ret = "    return (" + "".join(f"v{s}, " for s in outs) + ")"
+        self.source = "\n".join([*head, *body, ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
 
+    def _early_updates(self, order: list[int]) -> list[int]:
+        """Each optimizer update moved up to just after its gradient is computed and the last
+        earlier op that reads the parameter (or a view of it), so its gradient is freed there
+        rather than held until every gradient exists (eager's ``step`` after ``gradient``). The
+        numbers are unchanged: every op still reads the parameter before or after the same
+        updates as in eager."""
+        group = {s: self.owner_of.get(s, s) for s in range(len(self.kinds))}
+        out: list[int] = []
+        for i in order:
+            prim, args, _, _ = self.instrs[i]
+            if not isinstance(prim, _Update):
+                out.append(i)
+                continue
+            p, g = group[args[0][1]], args[1][1]
+            at = len(out)
+            while at > 0:
+                _, prev_args, _, prev_o = self.instrs[out[at - 1]]
+                if prev_o == g or any(k in "sp" and group[v] == p for k, v in prev_args):
+                    break
+                at -= 1
+            out.insert(at, i)
+        return out
 
-def _shares(v: Any, arr: Any) -> bool:
-    """Whether ``v`` (an array, or a tuple of them) may share memory with ``arr``."""
-    if isinstance(v, tuple):
-        return any(_shares(x, arr) for x in v)
-    return isinstance(v, np.ndarray) and bool(np.may_share_memory(v, arr))
+
+def _layout(strides: tuple[int, ...]) -> tuple[int, ...]:
+    """The order of the axes from the largest stride down (numpy's order="K" layout)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: -abs(strides[d])))
+
+
+def _empty(shape: tuple[int, ...], dtype: Any, order: tuple[int, ...]) -> Any:
+    """An uninitialised array laid out as a kernel's output was (C order, or its transpose)."""
+    base = np.empty([shape[d] for d in order], dtype)
+    return base.transpose(np.argsort(order)) if order != tuple(range(len(shape))) else base
+
+
+def _tree(x: Any, leaf: Callable[[Tensor], Any]) -> Any:
+    """The structure of a step's result with each Tensor replaced by ``leaf(tensor)``."""
+    if isinstance(x, Tensor):
+        return ("t", leaf(x))
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_tree(v, leaf) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _tree(v, leaf)) for k, v in x.items()))
+    if x is None:
+        return ("none", None)
+    raise TypeError(
+        f"tg.compile: a step returns Tensors (alone or in tuples, lists and dicts) or None, got "
+        f"{type(x).__name__}; return the tensor and call .item() on the result outside the step"
+    )
+
+
+def _leaves(tree: Any) -> Any:
+    kind, v = tree
+    if kind == "t":
+        yield v
+    elif kind in ("tuple", "list"):
+        for x in v:
+            yield from _leaves(x)
+    elif kind == "dict":
+        for _, x in v:
+            yield from _leaves(x)
+
+
+def _rebuild(tree: Any, values: Any) -> Any:
+    kind, v = tree
+    if kind == "t":
+        a = next(values)
+        return _wrap(a.copy() if isinstance(a, np.ndarray) else a)
+    if kind == "tuple":
+        return tuple(_rebuild(x, values) for x in v)
+    if kind == "list":
+        return [_rebuild(x, values) for x in v]
+    if kind == "dict":
+        return {k: _rebuild(x, values) for k, x in v}
+    return None
 
 
 def _short(v: Any) -> str:
     r = repr(v)
     return r if len(r) <= 40 else r[:37] + "..."
+
+
+class _Entry:
+    """The program(s) for one input signature and one train/eval state of the modules the
+    step calls: the first capture while the second is awaited, then the compiled function,
+    or "eager"."""
+
+    __slots__ = ("modes", "modules", "prog", "run", "source", "tree")
+
+    def __init__(self, modules: list[Any], prog: _Program) -> None:
+        self.modules = modules
+        self.modes = tuple([m.training for m in modules])
+        self.prog: _Program | None = prog
+        self.run: Any = None
+        self.source = ""
+        self.tree: Any = None
+
+    def matches(self) -> bool:
+        return tuple([m.training for m in self.modules]) == self.modes
 
 
 class CompiledStep:
@@ -331,100 +540,120 @@ class CompiledStep:
     [9.0, 1.44, 0.2304, 0.0369]
     """
 
-    def __init__(self, loss_fn: Callable[..., Tensor], model: Any, optimizer: Any) -> None:
-        self.loss_fn = loss_fn
-        self.model = model
-        self.optimizer = optimizer
-        self._programs: dict[Any, Any] = {}  # signature -> _Program (pending) | run fn | "eager"
-        self._sources: dict[Any, str] = {}
+    def __init__(self, step_fn: Callable[..., Any]) -> None:
+        self.step_fn = step_fn
+        self._programs: dict[Any, list[_Entry]] = {}  # input signature -> entries
         self._warned = False
-        self._params: list[Any] = []
-        self._layers: tuple[int, list[Any]] | None = None
+        self._updates: dict[int, _Update] = {}
+        self._latest = ""
 
     @property
     def source(self) -> str:
         """The generated code of the most recent compiled program."""
-        return next(reversed(self._sources.values()), "")
+        return self._latest
 
-    def __call__(self, *batch: Any) -> Tensor:
+    @property
+    def _sources(self) -> dict[Any, str]:
+        return {(k, e.modes): e.source for k, es in self._programs.items() for e in es if e.source}
+
+    def __call__(self, *batch: Any) -> Any:
         inputs = [as_tensor(b) for b in batch]
-        # one program per input signature and per train/eval state of the model's layers
-        key = (tuple((t.shape, t.dtype.str) for t in inputs), self._modes())
-        entry = self._programs.get(key)
-        if callable(entry):
-            loss, gs = entry([t._data for t in inputs])
-            self._update(gs)
-            return _wrap(loss.copy() if isinstance(loss, np.ndarray) else loss)
-        if entry == "eager":
-            return self._eager(inputs, None)[0]
-        cap = _Capture()
-        loss, prog = self._eager(inputs, cap)
+        # one program per input signature and per train/eval state of the modules called
+        key = tuple((t.shape, t.dtype.str) for t in inputs)
+        entries = self._programs.setdefault(key, [])
+        entry = next((e for e in entries if e.matches()), None)
+        if entry is not None and entry.run is not None:
+            if entry.run == "eager":
+                return self.step_fn(*inputs)
+            return _rebuild(entry.tree, iter(entry.run([t._data for t in inputs])))
+        result, prog, modules = self._capture(inputs)
         if entry is None:
-            self._programs[key] = prog
-        elif (diff := entry.difference(prog)) is None:
-            self._params = [p for p, _ in prog.grad_slots]
-            self._programs[key] = prog.build([t._data for t in inputs])
-            self._sources[key] = prog.source
-        else:
-            self._programs[key] = "eager"
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    "tg.compile: the step's ops depend on the batch other than through tensor "
-                    f"operands, so it keeps running eagerly: {diff}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            entries.append(_Entry(modules, prog))
+            return result
+        assert entry.prog is not None
+        first, entry.prog = entry.prog, None
+        diff = first.difference(prog)
+        if diff is None:
+            entry.run, entry.tree = prog.build(first), prog.outputs
+            entry.source = self._latest = prog.source
+            return result
+        entry.run = "eager"
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                "tg.compile: the step's ops depend on the batch other than through tensor "
+                f"operands, so it keeps running eagerly: {diff}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return result
+
+    def _capture(self, inputs: list[Tensor]) -> tuple[Any, _Program, list[Any]]:
+        """Run the step eagerly while capturing its primitives, optimizer updates and the
+        modules it calls."""
+        prog = _Program(inputs)
+        me = threading.get_ident()
+        updates = self._updates
+
+        def on_update(opt: Any, p: Tensor, g: Any, group: Any) -> None:
+            if threading.get_ident() == me:
+                prog.update(opt, updates, p, g, group)
+
+        called: dict[int, Any] = {}
+        if _optimizer.UPDATE_HOOK[0] is not None or _module.CALLED[0] is not None:
+            raise RuntimeError("tg.compile: captures do not nest")
+        _optimizer.UPDATE_HOOK[0], _module.CALLED[0] = on_update, called
+        _autodiff.start_capture(prog)
+        try:
+            result = self.step_fn(*inputs)
+        finally:
+            _autodiff.stop_capture()
+            _optimizer.UPDATE_HOOK[0] = _module.CALLED[0] = None
+        prog.finish(result)
+        return result, prog, list(called.values())
+
+
+def _one_tape_step(
+    loss_fn: Callable[..., Tensor], model: Any, optimizer: Any
+) -> Callable[..., Tensor]:
+    def step(*batch: Any) -> Tensor:
+        with Tape() as tape:
+            loss = loss_fn(*batch)
+        optimizer.step(tape.gradient(loss, model))
         return loss
 
-    def _modes(self) -> tuple[bool, ...]:
-        """The train/eval flags of the model's layers; the layer list is cached until any
-        module's structure changes (flags themselves are read every step)."""
-        modules = getattr(self.model, "modules", None)
-        if modules is None:
-            return ()
-        cached = self._layers
-        if cached is None or cached[0] != structure_version():
-            cached = self._layers = (structure_version(), list(modules()))
-        return tuple([m.training for m in cached[1]])
-
-    def _update(self, gs: Any) -> None:
-        """``optimizer.step`` on the program's gradients. An optimizer that keeps the base
-        class's ``step`` gets ``update_one`` called directly (the gradients' shapes
-        and presence were checked when the step was captured); any other gets ``step``."""
-        opt = self.optimizer
-        params = self._params
-        if type(opt).step is not Optimizer.step:
-            opt.step(Gradients(zip(params, (_wrap(g) for g in gs), strict=True)))
-            return
-        group_of = {id(p): group for group in opt.param_groups for p in group["params"]}
-        for p, g in zip(params, gs, strict=True):
-            group = group_of.get(id(p))
-            if group is not None and p.requires_grad:
-                opt.update_one(p, g, group)
-
-    def _eager(self, inputs: list[Tensor], cap: _Capture | None) -> tuple[Tensor, Any]:
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if cap is None:
-            with Tape() as tape:
-                loss = self.loss_fn(*inputs)
-            grads = tape.gradient(loss, self.model)
-            self.optimizer.step(grads)
-            return loss, None
-        with cap:
-            with Tape() as tape:
-                loss = self.loss_fn(*inputs)
-            grads = tape.gradient(loss, self.model)
-        prog = _Program(cap, inputs, params, loss, grads)
-        self.optimizer.step(grads)
-        return loss, prog
+    return step
 
 
-def compile(loss_fn: Callable[..., Tensor], model: Any, optimizer: Any) -> CompiledStep:
-    """A training step ``step(*batch) -> loss`` that replays a captured forward+backward program.
+def compile(step_fn: Callable[..., Any], model: Any = None, optimizer: Any = None) -> CompiledStep:
+    """A training step that replays a captured program (docs/compile.md).
 
-    ``loss_fn(*batch)`` computes the loss with ``model``; each call also applies
-    ``optimizer.step`` to the gradients of ``model``'s parameters. Results equal the eager step
-    exactly (same kernels, same order).
+    ``tg.compile(step_fn)``: ``step_fn(*batch)`` is a whole eager training step (any tapes,
+    ``tape.gradient`` and ``optimizer.step`` calls; several models and optimizers) that returns
+    its losses (a Tensor, or Tensors in a tuple, list or dict); the compiled ``step(*batch)``
+    returns the same structure. ``tg.compile(loss_fn, model, optimizer)``: ``loss_fn(*batch)``
+    computes the loss with ``model``; each call applies ``optimizer.step`` to the gradients of
+    ``model``'s parameters and returns the loss. Results equal the eager step exactly (same
+    kernels, same order), the random stream after it too.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> opt = tg.optim.SGD([w], lr=0.25)
+    >>> def train_step(x):
+    ...     with tg.Tape() as tape:
+    ...         loss = (w * x).sum()
+    ...     opt.step(tape.gradient(loss))
+    ...     return loss
+    >>> step = tg.compile(train_step)
+    >>> [step(tg.ones(2)).item() for _ in range(3)], w.tolist()
+    ([2.0, 1.5, 1.0], [0.25, 0.25])
     """
-    return CompiledStep(loss_fn, model, optimizer)
+    if model is None and optimizer is None:
+        return CompiledStep(step_fn)
+    if model is None or optimizer is None:
+        raise TypeError(
+            "tg.compile: pass a whole step, tg.compile(step_fn), or a loss with its model and "
+            "optimizer, tg.compile(loss_fn, model, optimizer); got only "
+            + ("an optimizer" if model is None else "a model")
+        )
+    return CompiledStep(_one_tape_step(step_fn, model, optimizer))

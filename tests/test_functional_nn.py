@@ -758,7 +758,9 @@ def _prim_rows():
 
 
 def test_every_nn_primitive_has_a_gradient_check_row():
-    registered = {n for n in PRIMITIVES if n.startswith("nn.")}
+    # in-place state updates ("..._": batch norm's running statistics) have no gradient; the
+    # layer tests compare them with PyTorch
+    registered = {n for n in PRIMITIVES if n.startswith("nn.") and not n.endswith("_")}
     assert registered == set(_prim_rows()), registered ^ set(_prim_rows())
 
 

@@ -8,9 +8,9 @@ PyTorch ``state_dict`` for the same architecture loads one to one.
 """
 
 from .._tensor import Parameter
-from . import functional, init, layers
+from . import functional, init, layers, utils
 from ._module import IncompatibleKeys, Module
 from .layers import *  # noqa: F403
 
-__all__ = ["IncompatibleKeys", "Module", "Parameter", "functional", "init"]
+__all__ = ["IncompatibleKeys", "Module", "Parameter", "functional", "init", "utils"]
 __all__ += layers.__all__

@@ -201,19 +201,29 @@ def _take_grad_fwd(g: Any, idx: Any, axis: int, n: int, zero_row: Any) -> Any:
 
 # x.take(idx, axis): a gather whose adjoint sums duplicate rows with a sorted add.reduceat
 # (np.add.at is several times slower). ``zero_row`` gets no gradient (embedding's padding_idx).
+# The indices are an operand (not a parameter), so a tg.compile capture sees them as the
+# step's input they come from (an embedding's token ids) instead of a constant.
 _TAKE = defprim(
     "nn.take",
     _take_fwd,
-    lambda xp, g, ans, x, idx, axis, n, zero_row, masked: xp.apply(
-        _TAKE_GRAD, g, idx=idx, axis=axis, n=n, zero_row=zero_row
+    (
+        lambda xp, g, ans, x, idx, axis, n, zero_row, masked: xp.apply(
+            _TAKE_GRAD, g, idx, axis=axis, n=n, zero_row=zero_row
+        ),
+        None,
     ),
+    save=(1,),
 )
 _TAKE_GRAD: Primitive = defprim(
     "nn.take_grad",
     _take_grad_fwd,
-    lambda xp, gg, ans, g, idx, axis, n, zero_row: xp.apply(
-        _TAKE, gg, idx=idx, axis=axis, n=n, zero_row=zero_row, masked=True
+    (
+        lambda xp, gg, ans, g, idx, axis, n, zero_row: xp.apply(
+            _TAKE, gg, idx, axis=axis, n=n, zero_row=zero_row, masked=True
+        ),
+        None,
     ),
+    save=(1,),
 )
 
 
@@ -222,5 +232,6 @@ def take(x: Tensor, idx: Any, axis: int, zero_row: int | None = None) -> Tensor:
 
     ``zero_row``: an index along ``axis`` whose row gets no gradient.
     """
-    idx = np.asarray(idx._data if isinstance(idx, Tensor) else idx)
-    return apply(_TAKE, x, idx=idx, axis=axis, n=x.shape[axis], zero_row=zero_row, masked=False)
+    if not isinstance(idx, Tensor):
+        idx = np.asarray(idx)
+    return apply(_TAKE, x, idx, axis=axis, n=x.shape[axis], zero_row=zero_row, masked=False)

@@ -178,7 +178,7 @@ def embedding(
         )
     if max_norm is not None:
         _renorm_rows(w, idx, max_norm, norm_type)
-    return take(w, idx, 0, zero_row=padding_idx)
+    return take(w, input if isinstance(input, Tensor) else idx, 0, zero_row=padding_idx)
 
 
 def _renorm_rows(w: Tensor, idx: Any, max_norm: float, norm_type: float) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .._autodiff import Primitive, apply, defprim
+from .._autodiff import Primitive, apply, defprim, is_capturing
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
@@ -27,6 +27,7 @@ from ._f_common import (
     reciprocal,
     reduce_loss,
     same_float,
+    take,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -104,23 +105,31 @@ def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
 def _ce_grad_vjp_x(xp: Any, gg: Any, ans: Any, x: Any, g: Any, t: Any, coef: Any, total: bool):
     # the Hessian of logsumexp, diag(p) - p p^T, applied to gg scaled by the upstream g
     p = xp.apply(SM._SOFTMAX, x, axis=1)
-    u = gg * xp.expand_dims(g * xp.const(coef), 1)
+    u = gg * xp.expand_dims(g * coef, 1)
     return p * u - p * xp.sum(p * u, axis=1, keepdims=True)
 
 
 def _ce_grad_vjp_g(xp: Any, gg: Any, ans: Any, x: Any, g: Any, t: Any, coef: Any, total: bool):
-    d = xp.apply(SM._SOFTMAX, x, axis=1) - xp.const(_one_hot_like(xp.data(x), t))
-    per_position = xp.sum(gg * d, axis=1) * xp.const(coef)
+    d = xp.apply(SM._SOFTMAX, x, axis=1) - xp.const(_one_hot_like(xp.data(x), xp.data(t)))
+    per_position = xp.sum(gg * d, axis=1) * coef
     return xp.sum(per_position) if total else per_position
 
 
+# The class indices t and the per-position coefficients are operands (not parameters): a
+# tg.compile capture then sees them as functions of the step's target tensor.
 _CE = defprim(
     "nn.cross_entropy",
     _ce_fwd,
-    lambda xp, g, ans, x, t, coef, total: xp.apply(_CE_GRAD, x, g, t=t, coef=coef, total=total),
-    (0,),
+    (
+        lambda xp, g, ans, x, t, coef, total: xp.apply(_CE_GRAD, x, g, t, coef, total=total),
+        None,
+        None,
+    ),
+    (0, 1, 2),
 )
-_CE_GRAD: Primitive = defprim("nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g), (0, 1))
+_CE_GRAD: Primitive = defprim(
+    "nn.cross_entropy_grad", _ce_grad_fwd, (_ce_grad_vjp_x, _ce_grad_vjp_g, None, None), (0, 1, 2, 3)
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,9 +246,12 @@ def cross_entropy(
     x, t, unb = _class_target(x, target, "cross_entropy")
     c = x.shape[1]
     safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
-    # the fused primitive sums inside: a mean's division is folded into the weights
-    coef = w * reciprocal(w.sum()) if reduction == "mean" else w
-    out = apply(_CE, x, t=safe, coef=coef, total=reduction != "none")
+    if isinstance(target, Tensor) and label_smoothing == 0.0 and is_capturing():
+        safe_t, coef_t = _ce_operands(target, t.shape, weight, ignore_index, x.dtype, reduction)
+    else:
+        # the fused primitive sums inside: a mean's division is folded into the weights
+        safe_t, coef_t = safe, w * reciprocal(w.sum()) if reduction == "mean" else w
+    out = apply(_CE, x, safe_t, coef_t, total=reduction != "none")
     if reduction == "none" and unb:
         out = S.squeeze(out, 0)
     if label_smoothing == 0.0:
@@ -252,6 +264,29 @@ def cross_entropy(
     smooth = -R.sum(logp, axis=1) * _wrap(valid)
     smooth = reduce_loss(smooth, reduction, "cross_entropy", denom=w.sum(), unbatched=unb)
     return out * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+def _ce_operands(
+    target: Tensor, shape: tuple[int, ...], weight: Any, ignore_index: int, dtype: Any, reduction: str
+) -> tuple[Tensor, Tensor]:
+    """The class indices made safe to gather and the per-position coefficients (weights, a
+    mean's division folded in), computed with tensor ops from the target tensor, so that a
+    compiled step recomputes them from each batch's target (the checks ran on the arrays).
+    Only while tg.compile captures (eager computes the same numbers on arrays, faster): the
+    reciprocal is taken in float64 and rounded once, as ``reciprocal`` and numpy do."""
+    t = S.reshape(target, shape)
+    valid = E.not_equal(t, ignore_index)
+    safe = S.astype(E.where(valid, t, 0), np.int64)
+    w = S.astype(valid, dtype)
+    if weight is not None:
+        wc = float_input(weight, "cross_entropy", "weight")
+        w = take(S.astype(wc, dtype), safe, 0) * w
+    if reduction == "mean":
+        total = R.sum(w)
+        empty = E.equal(total, 0)  # every target ignored: NaN, as PyTorch's 0/0
+        inv = 1.0 / S.astype(E.where(empty, 1.0, total), np.float64)
+        w = w * S.astype(E.where(empty, float("nan"), inv), dtype)
+    return safe, w
 
 
 def _cross_entropy_probs(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim
+from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim, no_grad
 from .._backend import np, xp_of
 from .._tensor import Tensor
 from ..ops import _elementwise as E
@@ -226,6 +226,40 @@ def batch_norm(
     return _affine(y, weight, bias, shape, "batch_norm")
 
 
+def _running_mean_fwd(rm: Any, mu: Any, momentum: float) -> Any:
+    rm[...] = (1.0 - momentum) * rm + momentum * mu.reshape(-1).astype(rm.dtype)
+    return rm
+
+
+def _running_var_fwd(rv: Any, x: Any, mu: Any, momentum: float, axes: Any, n: int) -> Any:
+    d = x - mu
+    var = (d * d).sum(axis=axes) / (n - 1)  # unbiased, for the running estimate
+    rv[...] = (1.0 - momentum) * rv + momentum * var.astype(rv.dtype)
+    return rv
+
+
+# In-place updates of the running statistics, as non-differentiable primitives so that a
+# tg.compile capture sees them (a name ending in "_": the op changes its first input in place,
+# and a compiled program keeps it although nothing reads its result).
+_RUNNING_MEAN = defprim("nn.running_mean_", _running_mean_fwd, (None, None))
+_RUNNING_VAR = defprim("nn.running_var_", _running_var_fwd, (None, None, None))
+
+
+def _increment(c: Any) -> Any:
+    c += 1
+    return c
+
+
+_INCREMENT = defprim("nn.increment_", _increment, None)
+
+
+def increment_(counter: Tensor) -> None:
+    """``counter += 1`` in place (BatchNorm's ``num_batches_tracked``), seen by tg.compile."""
+    with no_grad():
+        apply(_INCREMENT, counter)
+    counter._version += 1
+
+
 def _update_running(
     x: Tensor,
     mu: Tensor,
@@ -235,21 +269,19 @@ def _update_running(
     axes: tuple[int, ...],
     n: int,
 ) -> None:
-    """The in-place running-statistics update, on arrays (never recorded)."""
+    """The in-place running-statistics update (never recorded on a tape)."""
     if momentum is None:
         raise ValueError(
             "batch_norm: momentum=None (a cumulative average) is computed by the BatchNorm "
             "layer; pass the factor it uses as momentum"
         )
-    m = mu._data.reshape(-1)
-    if running_mean is not None:
-        rm = running_mean._data
-        running_mean.copy_((1.0 - momentum) * rm + momentum * m.astype(rm.dtype))
-    if running_var is not None:
-        d = x._data - mu._data
-        var = (d * d).sum(axis=axes) / (n - 1)  # unbiased, for the running estimate
-        rv = running_var._data
-        running_var.copy_((1.0 - momentum) * rv + momentum * var.astype(rv.dtype))
+    with no_grad():
+        if running_mean is not None:
+            apply(_RUNNING_MEAN, running_mean, mu, momentum=momentum)
+            running_mean._version += 1
+        if running_var is not None:
+            apply(_RUNNING_VAR, running_var, x, mu, momentum=momentum, axes=axes, n=n)
+            running_var._version += 1
 
 
 def group_norm(

@@ -87,6 +87,9 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        called = CALLED[0]
+        if called is not None:  # tg.compile's capture: the modules a step calls
+            called[id(self)] = self
         _autodiff.push_scope(self._path or type(self).__name__)
         try:
             return self.forward(*args, **kwargs)
@@ -563,6 +566,8 @@ def _adopt(name: str, value: Any) -> None:
                 v.name = e.path
 
 
+# tg.compile's capture: a dict that collects the modules called, by id (None: not capturing)
+CALLED: list[Any] = [None]
 _STRUCTURE = [0]  # moves whenever a module's fields or a container's items change
 
 

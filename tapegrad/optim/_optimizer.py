@@ -25,6 +25,10 @@ _NO_GRAD_CAUSES = (
 )
 
 
+# tg.compile's capture: called as hook(optimizer, parameter, gradient array, group) by update_one
+UPDATE_HOOK: list[Any] = [None]
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
@@ -213,6 +217,8 @@ class Optimizer:
         >>> w.item()
         0.5
         """
+        if UPDATE_HOOK[0] is not None:  # tg.compile's capture records the update
+            UPDATE_HOOK[0](self, p, g, group)
         st = self.state.get(p)
         if st is None:
             st = self.state[p] = self.init_single(p._data, group)

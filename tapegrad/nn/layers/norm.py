@@ -10,6 +10,7 @@ from ..._tensor import Parameter, Tensor
 from .. import functional as F
 from .. import init
 from .._f_common import check_eps
+from .._f_norm import increment_
 from .._module import Module
 from ._utils import new_param
 
@@ -104,8 +105,7 @@ class _BatchNorm(_NormBase):
             )
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.num_batches_tracked is not None:
-            self.num_batches_tracked._data += 1
-            self.num_batches_tracked._version += 1
+            increment_(self.num_batches_tracked)
             if self.momentum is None:  # a cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked._data)
         # batch statistics while training, or always when no running statistics are kept
