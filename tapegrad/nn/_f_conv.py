@@ -16,7 +16,6 @@ from .. import _kernels as K
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
-from ..ops import _linalg as L
 from ..ops import _shape as S
 from ._f_common import check_positive, float_input, ntuple, same_float
 
@@ -121,7 +120,26 @@ def _part(geom: Geom, n: int) -> Geom:
     return geom._replace(in_shape=(n, *geom.in_shape[1:]))
 
 
+DIRECT_MAX = 256  # (C / groups) * (O / groups) up to which stride-1 convolutions run direct
+
+
+def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
+    """The compiled conv module when this convolution takes the direct kernels, else None.
+
+    Stride 1 and few channels: the GEMM's operands are then thin (a few rows or a short inner
+    dimension) and the columns cost more than the products (measured: benchmarks/conv_kernels.py).
+    """
+    if geom.stride != (1, 1) or wshape[0] * wshape[1] > DIRECT_MAX * groups or not K.usable(*arrays):
+        return None
+    from .._kernels import conv  # noqa: PLC0415
+
+    return conv
+
+
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
+    direct = _direct(geom, groups, w.shape, x, w, b)
+    if direct is not None:
+        return direct.direct(x, w, b, geom, groups)
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -154,6 +172,9 @@ def _grad_cols(g: Any, groups: int) -> Any:
 
 def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
+    direct = _direct(geom, groups, w.shape, g, w)
+    if direct is not None:
+        return direct.direct_input_grad(g, w, geom, groups)
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -166,6 +187,9 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
+    direct = _direct(geom, groups, wshape, g, x)
+    if direct is not None:
+        return direct.direct_weight_grad(g, x, geom, groups, wshape)
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
@@ -379,7 +403,7 @@ def conv_transpose2d(
 
     ``weight`` is (C_in, C_out / groups, kh, kw), as in PyTorch. The output size is
     ``(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1``.
-    Composed as one GEMM and ``nn.col2im``.
+    Computed as the input gradient of the matching conv2d (``nn.conv2d_input_grad``).
 
     >>> import tapegrad as tg
     >>> import tapegrad.nn.functional as F
@@ -418,10 +442,9 @@ def conv_transpose2d(
         raise ValueError(f"{op}: the output size ({hout}, {wout}) is not positive")
     pads = ((p[0], p[0]), (p[1], p[1]))
     geom = Geom((n, cout, hout, wout), k, s, pads, d, (h, wd))  # type: ignore[arg-type]
-    xm = S.reshape(S.permute_dims(x, (1, 0, 2, 3)), (groups, cin // groups, -1))  # (G, Cin/G, NHW)
-    wm = S.reshape(w, (groups, cin // groups, -1))  # (G, Cin/G, Cout/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (G, Cout/G*kh*kw, NHW)
-    out = apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+    # the input gradient of the conv2d that maps the output back to x (its VJPs are conv2d
+    # and that conv2d's weight gradient): no zero-stuffing, chunked, direct when stride 1
+    out = apply(CONV2D_INPUT_GRAD, x, w, geom=geom, groups=groups)
     if bias is not None:
         b = S.astype(float_input(bias, op, "bias"), x.dtype)
         if b.shape != (cout,):
