@@ -234,6 +234,10 @@ def _direct(x, w, b, out, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-de
     og = o_ // groups
     m = U(ho * wp)
     zero = acc.dtype.type(0)
+    r1 = U(dh * wp)
+    r2 = r1 + r1
+    d1 = U(dw)
+    d2 = d1 + d1
     for n in range(n_):
         _place(x, n, xp, pt, pl)
         o = 0
@@ -247,6 +251,28 @@ def _direct(x, w, b, out, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-de
                 acc[m + q] = b1
             for cc in range(cg):
                 c = gr * cg + cc
+                if kh == 3 and kw == 3:  # the nine taps in one pass (1.2-1.3x on (c)'s conv2)
+                    wa = (o * cg + cc) * 9
+                    wb = wa + cg * 9 if two else wa
+                    a0, a1, a2, a3, a4 = wf[wa], wf[wa + 1], wf[wa + 2], wf[wa + 3], wf[wa + 4]
+                    a5, a6, a7, a8 = wf[wa + 5], wf[wa + 6], wf[wa + 7], wf[wa + 8]
+                    c0, c1, c2, c3, c4 = wf[wb], wf[wb + 1], wf[wb + 2], wf[wb + 3], wf[wb + 4]
+                    c5, c6, c7, c8 = wf[wb + 5], wf[wb + 6], wf[wb + 7], wf[wb + 8]
+                    u = U(c * hp * wp)
+                    for q in range(run):
+                        p = u + q
+                        v0, v1, v2 = pf[p], pf[p + d1], pf[p + d2]
+                        v3, v4, v5 = pf[p + r1], pf[p + r1 + d1], pf[p + r1 + d2]
+                        v6, v7, v8 = pf[p + r2], pf[p + r2 + d1], pf[p + r2 + d2]
+                        acc[q] += (
+                            a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3 + a4 * v4
+                            + a5 * v5 + a6 * v6 + a7 * v7 + a8 * v8
+                        )
+                        acc[m + q] += (  # a lone last channel writes a plane never read
+                            c0 * v0 + c1 * v1 + c2 * v2 + c3 * v3 + c4 * v4
+                            + c5 * v5 + c6 * v6 + c7 * v7 + c8 * v8
+                        )
+                    continue
                 for i in range(kh):
                     base = U(c * hp * wp + i * dh * wp)
                     wa = (o * cg + cc) * kh * kw + i * kw
