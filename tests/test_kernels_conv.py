@@ -352,3 +352,14 @@ def test_batch_norm_gradients_pass_finite_differences():
         return F.batch_norm(x, None, None, w, b, True) ** 3
 
     check_grads(f, (tg.tensor(x), tg.tensor(w), tg.tensor(b)), order=2)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
+    from tapegrad._autodiff import ARRAYS
+
+    g = np.random.default_rng(12).standard_normal((5, 6, 7, 3)).astype(dtype)
+    for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
+        ours = _f_conv._bias_grad(ARRAYS, arr)
+        _close(ours, arr.sum(axis=(0, 2, 3)), dtype)

@@ -416,3 +416,24 @@ def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int
     c = np.ascontiguousarray
     _direct_wgrad(c(g), c(x), dwt, *_pads(geom), groups)
     return dwt
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _channel_sum(g, out):  # type: ignore[no-untyped-def]
+    n_, o_, m = g.shape
+    gf = g.reshape(-1)
+    for o in range(o_):
+        s = 0.0  # float64: a batch of planes summed without float32 drift
+        for n in range(n_):
+            b = U((n * o_ + o) * m)
+            for k in range(U(m)):
+                s += gf[b + k]
+        out[o] = s
+
+
+def channel_sum(g: Any) -> Any:
+    """The bias gradient: ``g`` (N, O, ...) summed over every axis but 1, in g's dtype."""
+    n, o = g.shape[:2]
+    out = np.empty(o, dtype=np.float64)
+    _channel_sum(np.ascontiguousarray(g).reshape(n, o, -1), out)
+    return out.astype(g.dtype)
