@@ -357,9 +357,7 @@ def test_batch_norm_gradients_pass_finite_differences():
 @numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
-    from tapegrad._autodiff import ARRAYS
-
     g = np.random.default_rng(12).standard_normal((5, 6, 7, 3)).astype(dtype)
     for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
-        ours = _f_conv._bias_grad(ARRAYS, arr)
+        ours = _f_conv._bias_grad_fwd(arr, arr.shape)
         _close(ours, arr.sum(axis=(0, 2, 3)), dtype)

@@ -200,12 +200,20 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     return acc.reshape(wshape)
 
 
-def _bias_grad(xp: Any, g: Any) -> Any:
-    if not xp.tensors and K.usable(g):  # one pass per plane: about 2x numpy's strided sum
+def _bias_grad_fwd(g: Any, shape: tuple[int, ...]) -> Any:
+    if K.usable(g):  # one pass per plane: about 2x numpy's strided sum, float64 accumulation
         from .._kernels import conv  # noqa: PLC0415
 
         return conv.channel_sum(g)
-    return xp.sum(g, axis=(0, 2, 3))
+    return g.sum(axis=(0, 2, 3))
+
+
+# conv2d's bias gradient (a primitive, so that arrays and tensors run the same kernel)
+CONV2D_BIAS_GRAD: Primitive = defprim(
+    "nn.conv2d_bias_grad",
+    _bias_grad_fwd,
+    lambda xp, c, ans, g, shape: xp.broadcast_to(xp.reshape(c, (1, -1, 1, 1)), shape),
+)
 
 
 CONV2D_INPUT_GRAD: Primitive = defprim(
@@ -244,7 +252,7 @@ CONV2D: Primitive = defprim(
         lambda xp, g, ans, x, w, b, geom, groups: xp.apply(
             CONV2D_WEIGHT_GRAD, g, x, geom=geom, groups=groups, wshape=w.shape
         ),
-        lambda xp, g, ans, x, w, b, geom, groups: _bias_grad(xp, g),
+        lambda xp, g, ans, x, w, b, geom, groups: xp.apply(CONV2D_BIAS_GRAD, g, shape=g.shape),
     ),
     (0, 1),
 )
