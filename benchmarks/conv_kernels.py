@@ -310,12 +310,22 @@ def main() -> None:
         default=60.0,
         help="seconds per row to wait for other processes to leave the CPU",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="threads for PyTorch and numpy's BLAS (1: a steadier proxy when the "
+        "machine is busy; the serial kernels are unaffected)",
+    )
     args = ap.parse_args()
     groups = set(args.only.split(","))
     if args.steps:
         groups.add("steps")
-    torch.set_num_threads(2)
-    print(f"tapegrad kernels: {_kernels.selection()}; {args.rounds} rounds")
+    torch.set_num_threads(args.threads)
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+    threadpool_limits(args.threads, user_api="blas")
+    print(f"tapegrad kernels: {_kernels.selection()}; {args.rounds} rounds; {args.threads} threads")
     print("| group | layer, forward + backward | tapegrad ms | PyTorch ms | vs PyTorch |")
     print("|---|---|---|---|---|")
     rows: list[tuple[str, str, Any]] = [

@@ -343,6 +343,10 @@ def _direct_wgrad(g, x, dwt, pt, pl, dh, dw, groups):  # type: ignore[no-untyped
     df = dwt.reshape(-1)
     og = o_ // groups
     zero = df.dtype.type(0)
+    r1 = U(dh * wp)
+    r2 = r1 + r1
+    d1 = U(dw)
+    d2 = d1 + d1
     for k in range(df.size):
         df[k] = zero
     for n in range(n_):
@@ -353,6 +357,31 @@ def _direct_wgrad(g, x, dwt, pt, pl, dh, dw, groups):  # type: ignore[no-untyped
             gr = o // og
             for cc in range(cg):
                 base0 = U((gr * cg + cc) * hp * wp)
+                if kh == 3 and kw == 3:  # nine dot products per pass: 1.4x on (c)'s conv2
+                    wa = (o * cg + cc) * 9
+                    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = s8 = zero
+                    for q in range(run):
+                        gv = gf[gb + q]
+                        p = base0 + q
+                        s0 += gv * pf[p]
+                        s1 += gv * pf[p + d1]
+                        s2 += gv * pf[p + d2]
+                        s3 += gv * pf[p + r1]
+                        s4 += gv * pf[p + r1 + d1]
+                        s5 += gv * pf[p + r1 + d2]
+                        s6 += gv * pf[p + r2]
+                        s7 += gv * pf[p + r2 + d1]
+                        s8 += gv * pf[p + r2 + d2]
+                    df[wa] += s0
+                    df[wa + 1] += s1
+                    df[wa + 2] += s2
+                    df[wa + 3] += s3
+                    df[wa + 4] += s4
+                    df[wa + 5] += s5
+                    df[wa + 6] += s6
+                    df[wa + 7] += s7
+                    df[wa + 8] += s8
+                    continue
                 for i in range(kh):
                     base = base0 + U(i * dh * wp)
                     wa = (o * cg + cc) * kh * kw + i * kw
