@@ -5,7 +5,7 @@ tapegrad and in PyTorch eager, on the same arrays, alternating the two within ev
 ratio is PyTorch's time over tapegrad's in the same round (above 1: tapegrad is faster), and
 the table shows the medians over rounds. The shapes are those of workload (c) (the small CNN),
 of a DCGAN at 64x64 (generator ConvTranspose2d + BatchNorm2d, discriminator Conv2d + BatchNorm2d,
-ngf = ndf = 32, batch 64) and of a ResNet-18 stage (64 -> 128 channels, stride 2, 1x1
+ngf = ndf = 16, batch 64) and of a ResNet-18 stage (64 -> 128 channels, stride 2, 1x1
 downsample). ``--steps`` adds whole fwd+bwd steps of the DCGAN and of the ResNet stage.
 
     PYTHONPATH=. python benchmarks/conv_kernels.py                  # every layer, 7 rounds
@@ -43,19 +43,19 @@ CASES: list[tuple[str, str, str, tuple[int, ...], tuple[Any, ...]]] = [
     ("c", "conv2 8->16 3x3", "conv", (64, 8, 13, 13), (16, 3, 1, 0, True)),
     ("c", "maxpool 2x2 (64,8,26,26)", "pool", (64, 8, 26, 26), (2, 2, 0)),
     ("c", "maxpool 2x2 (64,16,11,11)", "pool", (64, 16, 11, 11), (2, 2, 0)),
-    ("h", "G convT 256->128 k4s2 4->8", "convT", (64, 256, 4, 4), (128, 4, 2, 1, True)),
-    ("h", "G convT 64->32 k4s2 16->32", "convT", (64, 64, 16, 16), (32, 4, 2, 1, True)),
-    ("h", "G convT 32->3 k4s2 32->64", "convT", (64, 32, 32, 32), (3, 4, 2, 1, True)),
-    ("h", "D conv 3->32 k4s2 64->32", "conv", (64, 3, 64, 64), (32, 4, 2, 1, True)),
-    ("h", "D conv 64->128 k4s2 16->8", "conv", (64, 64, 16, 16), (128, 4, 2, 1, True)),
-    ("h", "BatchNorm2d (64,32,32,32)", "bn", (64, 32, 32, 32), ()),
-    ("h", "BatchNorm2d (64,128,8,8)", "bn", (64, 128, 8, 8), ()),
+    ("h", "G convT 128->64 k4s2 4->8", "convT", (64, 128, 4, 4), (64, 4, 2, 1, True)),
+    ("h", "G convT 32->16 k4s2 16->32", "convT", (64, 32, 16, 16), (16, 4, 2, 1, True)),
+    ("h", "G convT 16->3 k4s2 32->64", "convT", (64, 16, 32, 32), (3, 4, 2, 1, True)),
+    ("h", "D conv 3->16 k4s2 64->32", "conv", (64, 3, 64, 64), (16, 4, 2, 1, False)),
+    ("h", "D conv 32->64 k4s2 16->8", "conv", (64, 32, 16, 16), (64, 4, 2, 1, True)),
+    ("h", "BatchNorm2d (64,16,32,32)", "bn", (64, 16, 32, 32), ()),
+    ("h", "BatchNorm2d (64,64,8,8)", "bn", (64, 64, 8, 8), ()),
+    ("i", "conv 64->128 3x3 s2 28->14", "conv", (16, 64, 28, 28), (128, 3, 2, 1, True)),
+    ("i", "conv 128->128 3x3 14x14", "conv", (16, 128, 14, 14), (128, 3, 1, 1, True)),
+    ("i", "conv 1x1 64->128 s2 28->14", "conv", (16, 64, 28, 28), (128, 1, 2, 0, True)),
     ("i", "conv 64->128 3x3 s2 56->28", "conv", (16, 64, 56, 56), (128, 3, 2, 1, True)),
     ("i", "conv 128->128 3x3 28x28", "conv", (16, 128, 28, 28), (128, 3, 1, 1, True)),
-    ("i", "conv 1x1 64->128 s2 56->28", "conv", (16, 64, 56, 56), (128, 1, 2, 0, True)),
-    ("i", "conv 64->128 3x3 s2 32->16", "conv", (32, 64, 32, 32), (128, 3, 2, 1, True)),
-    ("i", "conv 128->128 3x3 16x16", "conv", (32, 128, 16, 16), (128, 3, 1, 1, True)),
-    ("i", "BatchNorm2d (16,128,28,28)", "bn", (16, 128, 28, 28), ()),
+    ("i", "BatchNorm2d (16,128,14,14)", "bn", (16, 128, 14, 14), ()),
 ]
 
 
@@ -131,7 +131,7 @@ def _layer(kind: str, shape: tuple[int, ...], spec: tuple[Any, ...]) -> tuple[An
 # -- whole steps -------------------------------------------------------------------------------
 
 
-def _dcgan(nn: Any, nz: int = 100, ngf: int = 32, ndf: int = 32) -> tuple[Any, Any]:
+def _dcgan(nn: Any, nz: int = 100, ngf: int = 16, ndf: int = 16) -> tuple[Any, Any]:
     g = nn.Sequential(
         nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False),
         nn.BatchNorm2d(ngf * 8),
@@ -220,7 +220,7 @@ def _steps(name: str) -> tuple[Any, Any]:
             (bce_th(th_d(th_g(tz)), to) + bce_th(th_d(tr), to)).backward()
 
         return tg_gan, torch_gan
-    shape = (16, 64, 56, 56) if name == "resnet56" else (32, 64, 32, 32)
+    shape = (16, 64, 56, 56) if name == "resnet56" else (16, 64, 28, 28)
     tg_s, th_s = _stage(tg.nn), _stage(torch.nn)
     _copy(th_s, tg_s)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -244,7 +244,7 @@ def _steps(name: str) -> tuple[Any, Any]:
 STEPS = [
     ("steps", "DCGAN G+D fwd+bwd, batch 64, 64x64", "dcgan"),
     ("steps", "ResNet stage 64->128, (16,64,56,56)", "resnet56"),
-    ("steps", "ResNet stage 64->128, (32,64,32,32)", "resnet32"),
+    ("steps", "ResNet stage 64->128, (16,64,28,28)", "resnet28"),
 ]
 
 
