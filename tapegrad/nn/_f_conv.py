@@ -1,10 +1,12 @@
-"""Convolutions: im2col as a strided view, then one GEMM.
+"""Convolutions: im2col as a strided view, then one GEMM; direct kernels for few channels.
 
-``nn.im2col`` copies the sliding windows of the zero-padded input into a
-(C * kh * kw, N * Ho * Wo) matrix; a convolution is then one matrix product with the weights
-(batched over groups). ``nn.col2im`` is its adjoint: it adds each window back where it came from
-(kh * kw strided adds, no ``np.add.at``). The two are each other's VJP, so everything built on
-them differentiates to any order.
+im2col copies the sliding windows of the zero-padded input into a (C * kh * kw, N * Ho * Wo)
+matrix; a convolution is then one matrix product with the weights (batched over groups).
+col2im is its adjoint: it adds each window back where it came from (kh * kw strided adds, no
+``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
+VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
+differentiates to any order. Stride-1 convolutions with few channels run compiled direct
+kernels instead (``_direct``).
 """
 
 
@@ -88,14 +90,6 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
         for j in range(kw):
             acc[:, :, rows, j * dw : j * dw + sw * (wo - 1) + 1 : sw] += c6[:, i, j]
     return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
-
-
-IM2COL = defprim(
-    "nn.im2col", _im2col_fwd, lambda xp, g, ans, x, geom: xp.apply(COL2IM, g, geom=geom)
-)
-COL2IM: Primitive = defprim(
-    "nn.col2im", _col2im_fwd, lambda xp, g, ans, cols, geom: xp.apply(IM2COL, g, geom=geom)
-)
 
 
 # --------------------------------------------------------------------------------------------
