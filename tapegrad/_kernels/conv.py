@@ -119,7 +119,7 @@ def _args(geom: Any) -> tuple[int, ...]:
 
 
 def im2col(x: Any, geom: Any) -> Any:
-    """(C * kh * kw, N * Ho * Wo) columns of (N, C, H, W) ``x``, as ``nn.im2col``'s numpy code."""
+    """(C * kh * kw, N * Ho * Wo) columns of (N, C, H, W) ``x``, as the numpy ``_im2col_fwd``."""
     n, c = x.shape[:2]
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     cols = np.empty((c * kh * kw, n * ho * wo), dtype=x.dtype)
