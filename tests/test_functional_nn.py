@@ -693,19 +693,19 @@ def _prim_rows():
     w4 = tg.tensor(_rand(rng, (3, 2, 2, 3)))
     return {
         "nn.conv2d": (lambda x, w: F.conv2d(x, w, padding=(1, 0), dilation=(2, 1)), [x4, w4]),
-        "nn.im2col": (  # the adjoint of col2im: second order of a transposed convolution
-            lambda x, w: F.conv_transpose2d(x, w, padding=1) ** 2,
-            [tg.tensor(_rand(rng, (1, 3, 3, 2))), w4],
-        ),
         # conv2d's VJPs: their own VJPs run at second order, and at third through each other
         "nn.conv2d_input_grad": (lambda w: F.conv2d(x4, w, stride=2) ** 2, [w4]),
         "nn.conv2d_weight_grad": (
             lambda x, w: F.conv2d(x, w, padding=1, groups=1) ** 2,
             [x4, tg.tensor(_rand(rng, (3, 2, 3, 3)))],
         ),
-        "nn.col2im": (
-            lambda x, w: F.conv_transpose2d(x, w, stride=2),
-            [tg.tensor(_rand(rng, (1, 3, 3, 2))), w4],
+        "nn.conv2d_bias_grad": (  # second order reaches the bias gradient's broadcast VJP
+            lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2) ** 2,
+            [tg.tensor(_rand(rng, (1, 3, 3, 2))), w4, tg.tensor(_rand(rng, (2,)))],
+        ),
+        "nn.batch_norm": (
+            lambda x, w, b: F.batch_norm(x, None, None, w, b, True) ** 3,
+            [x4, tg.tensor(_rand(rng, (x4.shape[1],))), tg.tensor(_rand(rng, (x4.shape[1],)))],
         ),
         "nn.linear": (
             F.linear,

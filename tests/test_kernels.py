@@ -263,23 +263,39 @@ def test_kernels_compile_into_the_user_cache_when_the_package_is_read_only(tmp_p
 
 
 @numba_only
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv_kernels_equal_the_numpy_reference(monkeypatch, groups, bias, dtype):
+def test_conv_kernels_equal_the_numpy_reference(monkeypatch, stride, groups, bias, dtype):
+    """Stride 2 takes im2col + GEMM (the same sums: equal bits); stride 1 with these few
+    channels the direct kernels (the sums in another order: equal to rounding)."""
     from tapegrad.nn import _f_conv
 
     rng = np.random.default_rng(8)
-    geom = _conv_geom((5, 4, 9, 7), (3, 3), 1, 1, 1)
+    geom = _conv_geom((5, 4, 9, 7), (3, 3), stride, 1, 1)
     x = rng.standard_normal((5, 4, 9, 7)).astype(dtype)
     w = rng.standard_normal((6, 4 // groups, 3, 3)).astype(dtype)
     b = rng.standard_normal(6).astype(dtype) if bias else None
+    assert (_f_conv._direct(geom, groups, w.shape, x, w) is not None) == (stride == 1)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+
+    def same(a, ref):
+        assert a.dtype == ref.dtype and a.shape == ref.shape
+        if stride == 1:
+            np.testing.assert_allclose(a, ref, rtol=tol, atol=tol * np.abs(ref).max())
+        else:
+            assert np.array_equal(a, ref)
+
     y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
-    assert np.array_equal(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups))
+    same(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups))
     g = rng.standard_normal(y.shape).astype(dtype)
     for fn, args in (
         (_f_conv._input_grad_fwd, (g, w, geom, groups)),
         (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
-        (_f_conv._grad_cols, (g[:, :, ::-1], groups)),  # a non-contiguous gradient
     ):
-        assert np.array_equal(fn(*args), _reference(monkeypatch, fn, *args)), fn.__name__
+        same(fn(*args), _reference(monkeypatch, fn, *args))
+    gc = g[:, :, ::-1]  # a non-contiguous gradient
+    assert np.array_equal(
+        _f_conv._grad_cols(gc, groups), _reference(monkeypatch, _f_conv._grad_cols, gc, groups)
+    )

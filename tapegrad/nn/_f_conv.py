@@ -1,10 +1,12 @@
-"""Convolutions: im2col as a strided view, then one GEMM.
+"""Convolutions: im2col as a strided view, then one GEMM; direct kernels for few channels.
 
-``nn.im2col`` copies the sliding windows of the zero-padded input into a
-(C * kh * kw, N * Ho * Wo) matrix; a convolution is then one matrix product with the weights
-(batched over groups). ``nn.col2im`` is its adjoint: it adds each window back where it came from
-(kh * kw strided adds, no ``np.add.at``). The two are each other's VJP, so everything built on
-them differentiates to any order.
+im2col copies the sliding windows of the zero-padded input into a (C * kh * kw, N * Ho * Wo)
+matrix; a convolution is then one matrix product with the weights (batched over groups).
+col2im is its adjoint: it adds each window back where it came from (kh * kw strided adds, no
+``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
+VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
+differentiates to any order. Stride-1 convolutions with few channels run compiled direct
+kernels instead (``_direct``).
 """
 
 
@@ -16,7 +18,6 @@ from .. import _kernels as K
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
-from ..ops import _linalg as L
 from ..ops import _shape as S
 from ._f_common import check_positive, float_input, ntuple, same_float
 
@@ -91,14 +92,6 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
     return xp_of(cols).ascontiguousarray(acc[:, :, pt : pt + h, pl : pl + w].transpose(1, 0, 2, 3))
 
 
-IM2COL = defprim(
-    "nn.im2col", _im2col_fwd, lambda xp, g, ans, x, geom: xp.apply(COL2IM, g, geom=geom)
-)
-COL2IM: Primitive = defprim(
-    "nn.col2im", _col2im_fwd, lambda xp, g, ans, cols, geom: xp.apply(IM2COL, g, geom=geom)
-)
-
-
 # --------------------------------------------------------------------------------------------
 # conv2d: a fused primitive (im2col + one GEMM, bias added in the same pass); it saves x and w,
 # not the (kh * kw times larger) columns. Its input and weight gradients are primitives too
@@ -121,7 +114,26 @@ def _part(geom: Geom, n: int) -> Geom:
     return geom._replace(in_shape=(n, *geom.in_shape[1:]))
 
 
+DIRECT_MAX = 256  # (C / groups) * (O / groups) up to which stride-1 convolutions run direct
+
+
+def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
+    """The compiled conv module when this convolution takes the direct kernels, else None.
+
+    Stride 1 and few channels: the GEMM's operands are then thin (a few rows or a short inner
+    dimension) and the columns cost more than the products (measured: benchmarks/conv_kernels.py).
+    """
+    if geom.stride != (1, 1) or wshape[0] * wshape[1] > DIRECT_MAX * groups or not K.usable(*arrays):
+        return None
+    from .._kernels import conv  # noqa: PLC0415
+
+    return conv
+
+
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
+    direct = _direct(geom, groups, w.shape, x, w, b)
+    if direct is not None:
+        return direct.direct(x, w, b, geom, groups)
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -154,6 +166,9 @@ def _grad_cols(g: Any, groups: int) -> Any:
 
 def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
+    direct = _direct(geom, groups, w.shape, g, w)
+    if direct is not None:
+        return direct.direct_input_grad(g, w, geom, groups)
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -166,6 +181,9 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
+    direct = _direct(geom, groups, wshape, g, x)
+    if direct is not None:
+        return direct.direct_weight_grad(g, x, geom, groups, wshape)
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
@@ -174,6 +192,22 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
         )
         acc = part if acc is None else np.add(acc, part, out=acc)
     return acc.reshape(wshape)
+
+
+def _bias_grad_fwd(g: Any, shape: tuple[int, ...]) -> Any:
+    if K.usable(g):  # one pass per plane: about 2x numpy's strided sum, float64 accumulation
+        from .._kernels import conv  # noqa: PLC0415
+
+        return conv.channel_sum(g)
+    return g.sum(axis=(0, 2, 3))
+
+
+# conv2d's bias gradient (a primitive, so that arrays and tensors run the same kernel)
+CONV2D_BIAS_GRAD: Primitive = defprim(
+    "nn.conv2d_bias_grad",
+    _bias_grad_fwd,
+    lambda xp, c, ans, g, shape: xp.broadcast_to(xp.reshape(c, (1, -1, 1, 1)), shape),
+)
 
 
 CONV2D_INPUT_GRAD: Primitive = defprim(
@@ -212,7 +246,7 @@ CONV2D: Primitive = defprim(
         lambda xp, g, ans, x, w, b, geom, groups: xp.apply(
             CONV2D_WEIGHT_GRAD, g, x, geom=geom, groups=groups, wshape=w.shape
         ),
-        lambda xp, g, ans, x, w, b, geom, groups: xp.sum(g, axis=(0, 2, 3)),
+        lambda xp, g, ans, x, w, b, geom, groups: xp.apply(CONV2D_BIAS_GRAD, g, shape=g.shape),
     ),
     (0, 1),
 )
@@ -379,7 +413,7 @@ def conv_transpose2d(
 
     ``weight`` is (C_in, C_out / groups, kh, kw), as in PyTorch. The output size is
     ``(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1``.
-    Composed as one GEMM and ``nn.col2im``.
+    Computed as the input gradient of the matching conv2d (``nn.conv2d_input_grad``).
 
     >>> import tapegrad as tg
     >>> import tapegrad.nn.functional as F
@@ -418,10 +452,9 @@ def conv_transpose2d(
         raise ValueError(f"{op}: the output size ({hout}, {wout}) is not positive")
     pads = ((p[0], p[0]), (p[1], p[1]))
     geom = Geom((n, cout, hout, wout), k, s, pads, d, (h, wd))  # type: ignore[arg-type]
-    xm = S.reshape(S.permute_dims(x, (1, 0, 2, 3)), (groups, cin // groups, -1))  # (G, Cin/G, NHW)
-    wm = S.reshape(w, (groups, cin // groups, -1))  # (G, Cin/G, Cout/G*kh*kw)
-    cols = L.matmul(S.swapaxes(wm, -1, -2), xm)  # (G, Cout/G*kh*kw, NHW)
-    out = apply(COL2IM, S.reshape(cols, (-1, cols.shape[-1])), geom=geom)
+    # the input gradient of the conv2d that maps the output back to x (its VJPs are conv2d
+    # and that conv2d's weight gradient): no zero-stuffing, chunked, direct when stride 1
+    out = apply(CONV2D_INPUT_GRAD, x, w, geom=geom, groups=groups)
     if bias is not None:
         b = S.astype(float_input(bias, op, "bias"), x.dtype)
         if b.shape != (cout,):

@@ -4,7 +4,10 @@
 map in one forward; one backward that recomputes the two statistics from the input rather than
 keeping the normalised copy). Its VJPs are written once over an ops namespace, on tensors
 (differentiable, for higher order) and on arrays (the backward pass nothing records), with the
-same numbers either way. The others are compositions of tapegrad ops.
+same numbers either way. ``batch_norm`` in training is one primitive too (``nn.batch_norm``,
+the same plan per channel; compiled kernels under it, see ``_kernels/norm.py``), and
+``instance_norm`` is that primitive over (1, N * C, ...). The others are compositions of
+tapegrad ops.
 """
 
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim, no_grad
 from .._backend import np, xp_of
 from .._tensor import Tensor
@@ -161,6 +165,83 @@ def rms_norm(
     return _affine(y, weight, None, ns, "rms_norm")
 
 
+# --------------------------------------------------------------------------------------------
+# batch norm (training): statistics, normalisation and the affine map in one primitive; the
+# backward recomputes the two statistics from x (no normalised copy kept). On arrays, compiled
+# kernels make each a few passes per channel: measured (benchmarks/conv_kernels.py) the
+# composition's seven recorded ops cost several times the two kernels.
+# --------------------------------------------------------------------------------------------
+
+
+def _bn_stats(xp: Any, x: Any, eps: float) -> tuple[Any, Any]:
+    """``(x - mean) * rstd`` and ``rstd`` per channel (axis 1), both broadcastable to x."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    mu = xp.mean(x, axis=axes, keepdims=True)
+    d = x - mu
+    rstd = xp.apply(_RSQRT, xp.mean(d * d, axis=axes, keepdims=True) + eps)
+    return d * rstd, rstd
+
+
+def _channel(v: Any, ndim: int) -> Any:
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
+    if K.usable(x, w, b):
+        from .._kernels import norm  # noqa: PLC0415
+
+        return norm.batch_norm(x, w, b, eps)[0]
+    y, _ = _bn_stats(ARRAYS, x, eps)
+    if w is not None:
+        y *= _channel(w, x.ndim)
+    if b is not None:
+        y += _channel(b, x.ndim)
+    return y
+
+
+def _bn_grads(
+    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    if not xp.tensors and K.usable(g, x, w):
+        from .._kernels import norm  # noqa: PLC0415
+
+        gx, gw, gb = norm.batch_norm_grad(g, x, w, eps, bool(needs[0]))
+        return gx, (gw if needs[1] else None), (gb if needs[2] else None)
+    axes = (0,) + tuple(range(2, x.ndim))
+    m = x.size // x.shape[1]
+    xhat, rstd = _bn_stats(xp, x, eps)
+    gx = gw = gb = None
+    if needs[1]:
+        gw = xp.sum(g * xhat, axis=axes)
+    if needs[2]:
+        gb = xp.sum(g, axis=axes)
+    if needs[0]:
+        gy = g if w is None else g * xp.reshape(w, (1, -1) + (1,) * (x.ndim - 2))
+        gx = rstd * (
+            gy
+            - xp.sum(gy, axis=axes, keepdims=True) * (1.0 / m)
+            - xhat * (xp.sum(gy * xhat, axis=axes, keepdims=True) * (1.0 / m))
+        )
+    return gx, gw, gb
+
+
+BATCH_NORM = defprim("nn.batch_norm", _bn_fwd, Joint(_bn_grads), (0, 1))
+
+
+def _batch_stats(x: Any) -> tuple[Any, Any]:
+    """Per-channel mean and biased variance of the array ``x`` (N, C, ...), float64 for the
+    compiled kernels, x's dtype for numpy."""
+    if K.usable(x):
+        from .._kernels import norm  # noqa: PLC0415
+
+        st = norm.channel_stats(x)
+        return st[0], st[1]
+    axes = (0,) + tuple(range(2, x.ndim))
+    mu = x.mean(axis=axes, keepdims=True)
+    d = x - mu
+    return mu.reshape(-1), (d * d).mean(axis=axes)
+
+
 def batch_norm(
     input: Any,
     running_mean: Any,
@@ -211,9 +292,13 @@ def batch_norm(
                 f"batch_norm: expected more than 1 value per channel when training, got input "
                 f"shape {x.shape}"
             )
-        y, mu = _standardize(x, axes, eps)
         if running_mean is not None or running_var is not None:
-            _update_running(x, mu, running_mean, running_var, momentum, axes, n)
+            _update_running(x, running_mean, running_var, momentum, n)
+        w = None if weight is None else float_input(weight, "batch_norm", "weight")
+        b = None if bias is None else float_input(bias, "batch_norm", "bias")
+        if all(t is None or t.dtype == x.dtype for t in (w, b)):
+            return apply(BATCH_NORM, x, w, b, eps=float(eps))
+        y, _ = _standardize(x, axes, eps)
         return _affine(y, weight, bias, shape, "batch_norm")
     if running_mean is None or running_var is None:
         raise ValueError(
@@ -226,14 +311,15 @@ def batch_norm(
     return _affine(y, weight, bias, shape, "batch_norm")
 
 
-def _running_mean_fwd(rm: Any, mu: Any, momentum: float) -> Any:
-    rm[...] = (1.0 - momentum) * rm + momentum * mu.reshape(-1).astype(rm.dtype)
+def _running_mean_fwd(rm: Any, x: Any, momentum: float) -> Any:
+    mean, _ = _batch_stats(x)
+    rm[...] = (1.0 - momentum) * rm + momentum * mean.astype(rm.dtype)
     return rm
 
 
-def _running_var_fwd(rv: Any, x: Any, mu: Any, momentum: float, axes: Any, n: int) -> Any:
-    d = x - mu
-    var = (d * d).sum(axis=axes) / (n - 1)  # unbiased, for the running estimate
+def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int) -> Any:
+    _, var = _batch_stats(x)
+    var = var * (n / (n - 1))  # unbiased, for the running estimate
     rv[...] = (1.0 - momentum) * rv + momentum * var.astype(rv.dtype)
     return rv
 
@@ -242,7 +328,7 @@ def _running_var_fwd(rv: Any, x: Any, mu: Any, momentum: float, axes: Any, n: in
 # tg.compile capture sees them (a name ending in "_": the op changes its first input in place,
 # and a compiled program keeps it although nothing reads its result).
 _RUNNING_MEAN = defprim("nn.running_mean_", _running_mean_fwd, (None, None))
-_RUNNING_VAR = defprim("nn.running_var_", _running_var_fwd, (None, None, None))
+_RUNNING_VAR = defprim("nn.running_var_", _running_var_fwd, (None, None))
 
 
 def _increment(c: Any) -> Any:
@@ -261,15 +347,9 @@ def increment_(counter: Tensor) -> None:
 
 
 def _update_running(
-    x: Tensor,
-    mu: Tensor,
-    running_mean: Any,
-    running_var: Any,
-    momentum: float,
-    axes: tuple[int, ...],
-    n: int,
+    x: Any, running_mean: Any, running_var: Any, momentum: float, n: int
 ) -> None:
-    """The in-place running-statistics update (never recorded on a tape)."""
+    """The in-place running-statistics update from the batch ``x`` (never recorded)."""
     if momentum is None:
         raise ValueError(
             "batch_norm: momentum=None (a cumulative average) is computed by the BatchNorm "
@@ -277,10 +357,10 @@ def _update_running(
         )
     with no_grad():
         if running_mean is not None:
-            apply(_RUNNING_MEAN, running_mean, mu, momentum=momentum)
+            apply(_RUNNING_MEAN, running_mean, x, momentum=momentum)
             running_mean._version += 1
         if running_var is not None:
-            apply(_RUNNING_VAR, running_var, x, mu, momentum=momentum, axes=axes, n=n)
+            apply(_RUNNING_VAR, running_var, x, momentum=momentum, n=n)
             running_var._version += 1
 
 
@@ -328,18 +408,23 @@ def instance_norm(
     if not use_input_stats:
         return batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
     n, c = x.shape[:2]
-    axes = tuple(range(2, x.ndim))
-    y, mu = _standardize(x, axes, eps)
+    # batch norm's primitive over (1, N * C, ...): each (sample, channel) is a channel
+    flat = S.reshape(x, (1, n * c) + x.shape[2:])
+    y = S.reshape(apply(BATCH_NORM, flat, None, None, eps=float(eps)), x.shape)
     if running_mean is not None or running_var is not None:
         # the per-sample statistics averaged over the batch, as PyTorch does
-        d = x._data - mu._data
+        mean, var = _batch_stats(flat._data)
         k = math.prod(x.shape[2:])
-        var = ((d * d).sum(axis=axes) / max(k - 1, 1)).mean(axis=0)
-        m = mu._data.reshape(n, c).mean(axis=0)
+        var = (var.reshape(n, c) * (k / max(k - 1, 1))).mean(axis=0)
+        m = mean.reshape(n, c).mean(axis=0)
         if running_mean is not None:
-            running_mean.copy_((1 - momentum) * running_mean._data + momentum * m)
+            running_mean.copy_(
+                ((1 - momentum) * running_mean._data + momentum * m).astype(running_mean.dtype)
+            )
         if running_var is not None:
-            running_var.copy_((1 - momentum) * running_var._data + momentum * var)
+            running_var.copy_(
+                ((1 - momentum) * running_var._data + momentum * var).astype(running_var.dtype)
+            )
     return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2), "instance_norm")
 
 

@@ -5,7 +5,7 @@ twin. Most are compositions of tapegrad ops; a few are fused primitives where th
 faster (each says why): ``nn.conv2d`` (im2col + one GEMM), ``nn.linear``,
 ``nn.cross_entropy`` (log-softmax + NLL), pooling gathers and window sums, and row gathers
 (``nn.take``: embedding, interpolation). Their VJPs are written with differentiable ops or with
-each other (``nn.im2col`` / ``nn.col2im``), so higher-order gradients work throughout.
+each other (``nn.conv2d`` and its two gradients), so higher-order gradients work throughout.
 
 >>> import tapegrad as tg
 >>> import tapegrad.nn.functional as F

@@ -1,0 +1,133 @@
+"""Batch normalisation in training mode, forward and backward, per channel (numba).
+
+numpy's composition (mean, subtract, square, mean, rsqrt, multiply, affine: each its own pass
+and temporary, recorded as seven ops) becomes two kernels over (N, C, M) arrays, one channel at
+a time: the statistics take two reads of the channel (the mean, then the centred squares: no
+cancellation, unlike a sum of squares), and the forward writes ``(x - mean) * (rstd * w) + b``
+in a third. The backward recomputes the same statistics (bit for bit: the same code on the same
+input), reads ``g`` and ``x`` once for the two sums it needs, and writes the input gradient in
+one more pass. Sums accumulate in float64 (float32 inputs included), reassociated so that they
+vectorise. Serial loops, as everywhere in this package. Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np
+from . import jit
+
+U = np.uint64
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _stats(xf, n_, c, c_, m):  # type: ignore[no-untyped-def]
+    """Mean and biased variance of channel c of the flat (N, C, M) array xf, in float64."""
+    s = 0.0
+    for n in range(n_):
+        b = U((n * c_ + c) * m)
+        for k in range(U(m)):
+            s += xf[b + k]
+    cnt = n_ * m
+    mean = s / cnt
+    s2 = 0.0
+    for n in range(n_):
+        b = U((n * c_ + c) * m)
+        for k in range(U(m)):
+            d = xf[b + k] - mean
+            s2 += d * d
+    return mean, s2 / cnt
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _fwd(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+    n_, c_, m = x.shape
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    for c in range(c_):
+        mean, var = _stats(xf, n_, c, c_, m)
+        stats[0, c] = mean
+        stats[1, c] = var
+        rstd = 1.0 / np.sqrt(var + eps)
+        scale = xf.dtype.type(rstd * (w[c] if w.shape[0] > 0 else 1.0))
+        shift = xf.dtype.type(b[c] if b.shape[0] > 0 else 0.0)
+        mu = xf.dtype.type(mean)
+        for n in range(n_):
+            base = U((n * c_ + c) * m)
+            for k in range(U(m)):
+                of[base + k] = (xf[base + k] - mu) * scale + shift
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+    n_, c_, m = x.shape
+    xf = x.reshape(-1)
+    gf = g.reshape(-1)
+    df = gx.reshape(-1)
+    cnt = n_ * m
+    for c in range(c_):
+        mean, var = _stats(xf, n_, c, c_, m)
+        rstd = 1.0 / np.sqrt(var + eps)
+        mu = xf.dtype.type(mean)
+        sg = 0.0
+        sgx = 0.0
+        for n in range(n_):
+            base = U((n * c_ + c) * m)
+            for k in range(U(m)):
+                gv = gf[base + k]
+                sg += gv
+                sgx += gv * (xf[base + k] - mu)
+        gwb[0, c] = sgx * rstd  # the weight's gradient: sum of g * xhat
+        gwb[1, c] = sg  # the bias's
+        if df.size == 0:
+            continue
+        a = rstd * (w[c] if w.shape[0] > 0 else 1.0)
+        k1 = xf.dtype.type(sg / cnt)
+        k2 = xf.dtype.type(sgx * rstd * rstd / cnt)
+        aa = xf.dtype.type(a)
+        for n in range(n_):
+            base = U((n * c_ + c) * m)
+            for k in range(U(m)):
+                df[base + k] = aa * (gf[base + k] - k1 - (xf[base + k] - mu) * k2)
+
+
+def _vec(a: Any, dtype: Any) -> Any:
+    return np.empty(0, dtype=dtype) if a is None else np.ascontiguousarray(a, dtype=dtype)
+
+
+def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
+    """``y`` for (N, C, ...) ``x`` normalised per channel with batch statistics, and the
+    (2, C) float64 mean and biased variance."""
+    n, c = x.shape[:2]
+    x3 = np.ascontiguousarray(x).reshape(n, c, -1)
+    out = np.empty(x.shape, dtype=x.dtype)
+    stats = np.empty((2, c), dtype=np.float64)
+    _fwd(x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
+    return out, stats
+
+
+def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool) -> tuple[Any, Any, Any]:
+    """The gradients of ``batch_norm`` for x (None unless ``need_x``), weight and bias."""
+    n, c = x.shape[:2]
+    x3 = np.ascontiguousarray(x).reshape(n, c, -1)
+    g3 = np.ascontiguousarray(g, dtype=x.dtype).reshape(x3.shape)
+    gx = np.empty(x.shape if need_x else (0,), dtype=x.dtype)
+    gwb = np.empty((2, c), dtype=np.float64)
+    _bwd(g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
+    return (gx if need_x else None), gwb[0].astype(x.dtype), gwb[1].astype(x.dtype)
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _all_stats(x, stats):  # type: ignore[no-untyped-def]
+    n_, c_, m = x.shape
+    xf = x.reshape(-1)
+    for c in range(c_):
+        stats[0, c], stats[1, c] = _stats(xf, n_, c, c_, m)
+
+
+def channel_stats(x: Any) -> Any:
+    """The (2, C) float64 per-channel mean and biased variance of (N, C, ...) ``x``."""
+    n, c = x.shape[:2]
+    stats = np.empty((2, c), dtype=np.float64)
+    _all_stats(np.ascontiguousarray(x).reshape(n, c, -1), stats)
+    return stats

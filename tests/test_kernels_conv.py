@@ -1,0 +1,363 @@
+"""Direct convolution, transposed convolution and batch-norm kernels against their numpy
+references and PyTorch.
+
+The compiled kernels sum in another order than the numpy reference, so they are compared to
+float rounding (float64: 1e-12 relative; float32: 1e-5). Through the public functions, forward
+and backward are compared with PyTorch in float64 at 1e-10, over strides, paddings (asymmetric
+ones included), dilations, groups, output paddings, batch 1 and non-contiguous inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tapegrad as tg
+import tapegrad.nn.functional as F
+from tapegrad import _kernels
+from tapegrad.nn import _f_conv, _f_norm
+
+numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
+
+
+def _reference(monkeypatch, fn, *args):
+    """``fn(*args)`` with the numpy kernels (the reference)."""
+    with monkeypatch.context() as m:
+        m.setattr(_kernels, "usable", lambda *a: False)
+        return fn(*args)
+
+
+def _close(a, ref, dtype):
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert a.dtype == ref.dtype and a.shape == ref.shape
+    np.testing.assert_allclose(a, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+def _geom(shape, k, pad, d):
+    n, c, h, w = shape
+    ho = _f_conv.out_size(h, k[0], 1, pad[0], d[0])
+    wo = _f_conv.out_size(w, k[1], 1, pad[1], d[1])
+    return _f_conv.Geom(shape, k, (1, 1), pad, d, (ho, wo))
+
+
+DIRECT_CASES = [  # (N, C, H, W), O, kernel, ((top, bottom), (left, right)), dilation, groups
+    ((2, 3, 7, 6), 5, (3, 3), ((0, 0), (0, 0)), (1, 1), 1),
+    ((1, 1, 28, 28), 8, (3, 3), ((0, 0), (0, 0)), (1, 1), 1),  # batch 1, one channel
+    ((2, 4, 8, 9), 6, (3, 3), ((1, 1), (1, 1)), (1, 1), 2),
+    ((2, 2, 9, 7), 3, (3, 2), ((2, 2), (2, 2)), (2, 2), 1),
+    ((3, 4, 5, 5), 4, (1, 1), ((0, 0), (0, 0)), (1, 1), 4),  # depthwise-like, 1x1
+    ((2, 2, 10, 11), 4, (5, 4), ((2, 2), (0, 3)), (1, 1), 2),  # kernel rows of 3 + 1
+    ((2, 4, 6, 6), 8, (2, 2), ((0, 1), (0, 1)), (1, 1), 1),  # 'same' with an even kernel
+    ((2, 3, 6, 7), 3, (3, 3), ((3, 3), (4, 4)), (1, 2), 3),  # padding past the dilated kernel
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "k", "pad", "d", "groups"), DIRECT_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_conv_kernels_equal_the_numpy_reference(
+    monkeypatch, shape, o, k, pad, d, groups, dtype
+):
+    rng = np.random.default_rng(0)
+    geom = _geom(shape, k, pad, d)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is not None
+    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    _close(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups), dtype)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    for fn, args in (
+        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+        (_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
+    ):
+        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+
+
+@numba_only
+def test_direct_conv_kernels_read_non_contiguous_inputs(monkeypatch):
+    rng = np.random.default_rng(1)
+    geom = _geom((3, 4, 8, 7), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = rng.standard_normal((3, 7, 8, 4)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    assert x.shape == geom.in_shape  # (3, 4, 8, 7), rows reversed, columns strided
+    w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, 5, 7, 8)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    for fn, args in (
+        (_f_conv._conv2d_fwd, (x, w, None, geom, 1)),
+        (_f_conv._input_grad_fwd, (g, w, geom, 1)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, 1, w.shape)),
+    ):
+        _close(fn(*args), _reference(monkeypatch, fn, *args), np.float32)
+
+
+@numba_only
+def test_many_channels_and_strides_keep_the_gemm():
+    geom = _geom((2, 64, 8, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = np.zeros((2, 64, 8, 8), np.float32)
+    assert _f_conv._direct(geom, 1, (64, 64, 3, 3), x) is None  # 64 * 64 channels
+    assert _f_conv._direct(geom, 16, (64, 4, 3, 3), x) is not None  # 4 * 4 per group
+    strided = geom._replace(stride=(2, 1))
+    assert _f_conv._direct(strided, 1, (4, 64, 3, 3), x) is None
+    assert _f_conv._direct(geom, 1, (4, 64, 3, 3), x.astype(np.float16)) is None
+
+
+CONV_TORCH = [  # shape, O, kernel, stride, padding, dilation, groups
+    ((1, 2, 9, 8), 4, (3, 3), 1, 1, 1, 1),
+    ((3, 4, 9, 8), 8, (3, 3), 1, "same", 2, 2),
+    ((2, 4, 9, 8), 6, (2, 4), 1, "same", 1, 1),
+    ((2, 3, 10, 9), 6, (3, 3), 1, 0, (2, 1), 3),
+    ((2, 4, 9, 8), 8, (4, 4), 2, 1, 1, 2),
+]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize(("shape", "o", "k", "s", "p", "d", "groups"), CONV_TORCH)
+def test_conv2d_matches_torch_forward_and_backward_in_float64(shape, o, k, s, p, d, groups):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((o, shape[1] // groups, *k))
+    b = rng.standard_normal(o)
+    xt, wt, bt = tg.tensor(x), tg.Parameter(w), tg.Parameter(b)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv2d(xt, wt, bt, s, p, d, groups)
+        loss = (y * y).sum()
+    grads = tape.gradient(loss, [xt, wt, bt])
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.conv2d(tx, tw, tb, s, p, d, groups)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for ours, theirs in zip(grads, (tx, tw, tb), strict=True):
+        np.testing.assert_allclose(ours.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+CONVT_TORCH = [  # shape, C_out / groups, kernel, stride, padding, output_padding, groups, dilation
+    ((2, 4, 5, 6), 3, (3, 3), 1, 0, 0, 1, 1),  # stride 1: the direct kernels
+    ((1, 4, 5, 5), 2, (3, 3), 1, 1, 0, 2, 2),  # batch 1, groups, dilation
+    ((3, 6, 4, 4), 4, (4, 4), 2, 1, 0, 1, 1),  # DCGAN's k4 s2 p1
+    ((2, 4, 5, 6), 3, (3, 2), 2, 1, 1, 2, 1),  # output_padding
+    ((2, 2, 3, 4), 3, (3, 3), 3, 0, 2, 1, 2),  # output_padding below the dilation
+]
+
+
+@pytest.mark.parametrize(("shape", "co", "k", "s", "p", "op", "groups", "d"), CONVT_TORCH)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d_matches_torch_in_float64(shape, co, k, s, p, op, groups, d, bias):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((shape[1], co, *k))
+    b = rng.standard_normal(co * groups) if bias else None
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    bt = tg.Parameter(b) if bias else None
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv_transpose2d(xt, wt, bt, s, p, op, groups, d)
+        loss = (y * y).sum()
+    srcs = [xt, wt] + ([bt] if bias else [])
+    grads = tape.gradient(loss, srcs)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    tb = torch.tensor(b, requires_grad=True) if bias else None
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, tb, s, p, op, groups, d)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for ours, theirs in zip(grads, [tx, tw] + ([tb] if bias else []), strict=True):
+        np.testing.assert_allclose(ours.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_conv_transpose2d_float32_non_contiguous_matches_torch():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 6, 8, 2)).astype(np.float32).transpose(3, 2, 1, 0)  # (2, 8, 6, 6)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.conv_transpose2d(xt, wt, None, 1, 1)
+        loss = (y * y).sum()
+    gx, gw = tape.gradient(loss, [xt, wt])
+    tx = torch.tensor(np.ascontiguousarray(x), requires_grad=True)
+    tw = torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, None, 1, 1)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_conv_transpose2d_second_order_matches_torch():
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((2, 3, 4, 4)), rng.standard_normal((3, 2, 3, 3))
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape() as outer:
+        outer.watch(xt)
+        with tg.Tape() as inner:
+            inner.watch(xt)
+            y = F.conv_transpose2d(xt, wt, stride=2)
+            loss = (y * y).sum()
+        gx = inner.gradient(loss, xt)
+        pen = (gx * gx).sum()
+    gw = outer.gradient(pen, wt).numpy()
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, stride=2)
+    (tgx,) = torch.autograd.grad((ty * ty).sum(), tx, create_graph=True)
+    (tgx * tgx).sum().backward()
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------
+# batch norm
+# --------------------------------------------------------------------------------------------
+
+BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4)]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", BN_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine, dtype):
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)  # a mean far from zero
+    c = shape[1]
+    w = rng.standard_normal(c).astype(dtype) if affine else None
+    b = rng.standard_normal(c).astype(dtype) if affine else None
+    y = _f_norm._bn_fwd(x, w, b, 1e-5)
+    _close(y, _reference(monkeypatch, _f_norm._bn_fwd, x, w, b, 1e-5), dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    from tapegrad._autodiff import ARRAYS
+
+    for needs in ((True, affine, affine), (False, affine, affine)):
+        ours = _f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, needs)
+        ref = _reference(monkeypatch, _f_norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, needs)
+        for a, r in zip(ours, ref, strict=True):
+            assert (a is None) == (r is None)
+            if a is not None:
+                _close(a, r, dtype)
+    mean, var = _f_norm._batch_stats(x)
+    rmean, rvar = _reference(monkeypatch, _f_norm._batch_stats, x)
+    _close(mean.astype(dtype), rmean.astype(dtype), dtype)
+    _close(var.astype(dtype), rvar.astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("shape", BN_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_matches_torch_forward_backward_and_running_stats(shape, affine):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape) * 2 + 1
+    c = shape[1]
+    w, b = rng.standard_normal(c), rng.standard_normal(c)
+    g = rng.standard_normal(shape)
+    xt = tg.tensor(x)
+    wt, bt = (tg.Parameter(w), tg.Parameter(b)) if affine else (None, None)
+    rm, rv = tg.zeros(c, dtype=tg.float64), tg.ones(c, dtype=tg.float64)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.batch_norm(xt, rm, rv, wt, bt, True, 0.1, 1e-5)
+        loss = (y * tg.tensor(g)).sum()
+    srcs = [xt] + ([wt, bt] if affine else [])
+    grads = tape.gradient(loss, srcs)
+    tx = torch.tensor(x, requires_grad=True)
+    tw, tb = (torch.tensor(a, requires_grad=True) for a in (w, b)) if affine else (None, None)
+    trm, trv = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+    ty = torch.nn.functional.batch_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)
+    ty.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    for ours, theirs in zip(grads, [tx] + ([tw, tb] if affine else []), strict=True):
+        np.testing.assert_allclose(ours.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(rm.numpy(), trm.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rv.numpy(), trv.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_batch_norm_float32_non_contiguous_matches_torch():
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((6, 5, 8, 4)) * 4 + 30).astype(np.float32).transpose(3, 2, 1, 0)
+    w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    bn = tg.nn.BatchNorm2d(8)
+    bn.load_state_dict({"weight": w, "bias": b}, strict=False)
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = bn(xt)
+        loss = (y * tg.tensor(g)).sum()
+    gx, gw, gb = tape.gradient(loss, [xt, bn.weight, bn.bias])
+    tbn = torch.nn.BatchNorm2d(8)
+    tbn.load_state_dict({"weight": torch.from_numpy(w), "bias": torch.from_numpy(b)}, strict=False)
+    tx = torch.tensor(np.ascontiguousarray(x), requires_grad=True)
+    ty = tbn(tx)
+    ty.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(gw.numpy(), tbn.weight.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gb.numpy(), tbn.bias.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(bn.running_mean.numpy(), tbn.running_mean.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), rtol=1e-5)
+
+
+def test_batch_norm_second_order_matches_torch():
+    rng = np.random.default_rng(9)
+    x, w, b = rng.standard_normal((4, 3, 2, 2)), rng.standard_normal(3), rng.standard_normal(3)
+    xt, wt, bt = tg.tensor(x), tg.Parameter(w), tg.Parameter(b)
+    with tg.Tape() as outer:
+        outer.watch(xt)
+        with tg.Tape() as inner:
+            inner.watch(xt)
+            y = F.batch_norm(xt, None, None, wt, bt, True)
+            loss = (y * y * y).sum()
+        gx = inner.gradient(loss, xt)
+        pen = (gx * gx).sum()
+    gx2, gw2 = outer.gradient(pen, [xt, wt])
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.batch_norm(tx, None, None, tw, tb, True)
+    (tgx,) = torch.autograd.grad((ty * ty * ty).sum(), tx, create_graph=True)
+    (tgx * tgx).sum().backward()
+    np.testing.assert_allclose(gx2.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(gw2.numpy(), tw.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5, 6), (1, 2, 7), (2, 3, 2, 2, 3)])
+def test_instance_norm_matches_torch_with_running_stats(shape):
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(shape) * 2 + 3
+    c = shape[1]
+    w, b = rng.standard_normal(c), rng.standard_normal(c)
+    g = rng.standard_normal(shape)
+    xt, wt, bt = tg.tensor(x), tg.Parameter(w), tg.Parameter(b)
+    rm, rv = tg.zeros(c, dtype=tg.float64), tg.ones(c, dtype=tg.float64)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.instance_norm(xt, rm, rv, wt, bt, True, 0.1, 1e-5)
+        loss = (y * tg.tensor(g)).sum()
+    grads = tape.gradient(loss, [xt, wt, bt])
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    trm, trv = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+    ty = torch.nn.functional.instance_norm(tx, trm, trv, tw, tb, True, 0.1, 1e-5)
+    ty.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-10)
+    for ours, theirs in zip(grads, (tx, tw, tb), strict=True):
+        np.testing.assert_allclose(ours.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(rm.numpy(), trm.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rv.numpy(), trv.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_batch_norm_gradients_pass_finite_differences():
+    from tapegrad.testing import check_grads
+
+    rng = np.random.default_rng(11)
+    x, w, b = rng.standard_normal((3, 2, 4)), rng.standard_normal(2), rng.standard_normal(2)
+
+    def f(x, w, b):
+        return F.batch_norm(x, None, None, w, b, True) ** 3
+
+    check_grads(f, (tg.tensor(x), tg.tensor(w), tg.tensor(b)), order=2)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
+    g = np.random.default_rng(12).standard_normal((5, 6, 7, 3)).astype(dtype)
+    for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
+        ours = _f_conv._bias_grad_fwd(arr, arr.shape)
+        _close(ours, arr.sum(axis=(0, 2, 3)), dtype)
