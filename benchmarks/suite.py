@@ -495,7 +495,8 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
 
     # the headline table
     out += ["## Speed and memory ratios", ""]
-    has_compiled = any(r["compiled"] is not None for r in table_rows(results))
+    has_compiled = any(r["compiled"] is not None or "tapegrad-compiled" in r.get("unsupported", {})
+                       for r in table_rows(results))
     head = ["workload", "tapegrad per step", "vs PyTorch eager", "target", "vs JAX jit",
             "vs numpy"]
     if has_compiled:
