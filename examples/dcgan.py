@@ -1,7 +1,7 @@
 """pytorch/examples' `dcgan/main.py`, ported to tapegrad: same networks, init, loss and loop.
 
     python examples/dcgan.py                                   # 25 epochs, as the original
-    python examples/dcgan.py --steps 20 --batch-size 16 --ngf 16 --ndf 16   # a minute or so
+    python examples/dcgan.py --small         # 10 batches of 16 at ngf = ndf = 16: a few seconds
 
 The generator (ConvTranspose2d + BatchNorm2d + ReLU from a 100-d noise vector up to a 64x64x3
 tanh image) and the discriminator (Conv2d + BatchNorm2d + LeakyReLU(0.2) down to a sigmoid),
@@ -191,7 +191,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--outf", default="runs/dcgan", help="folder for images and checkpoints")
     parser.add_argument("--manualSeed", type=int, help="manual seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser.parse_args(argv)
+    parser.add_argument("--small", action="store_true",
+                        help="a few seconds: 10 batches of 16, ngf = ndf = 16, 256 images")
+    opt = parser.parse_args(argv)
+    if opt.small:
+        opt.steps = 10 if opt.steps is None else opt.steps
+        opt.batchSize, opt.ngf, opt.ndf, opt.n_images = 16, 16, 16, 256
+    return opt
 
 
 def main(argv=None) -> dict:

@@ -1,7 +1,7 @@
 """pytorch/examples' `mnist/main.py`, ported to tapegrad: same Net, loss, optimizer, schedule.
 
     python examples/mnist.py                      # 14 epochs, as the original
-    python examples/mnist.py --epochs 1 --steps 20 --batch-size 32   # a few seconds
+    python examples/mnist.py --small              # one epoch of 20 batches: a few seconds
 
 The network (conv 32 - conv 64 - max pool - dropout 0.25 - fc 128 - dropout 0.5 - fc 10,
 log_softmax and NLL), Adadelta with lr 1.0, StepLR(step_size=1, gamma=0.7) per epoch, batch 64,
@@ -182,7 +182,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--save-model", action="store_true", help="For Saving the current Model")
     parser.add_argument("--out", default="runs/mnist", help="folder for loss.png and the model")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser.parse_args(argv)
+    parser.add_argument("--small", action="store_true",
+                        help="a few seconds: 1 epoch of at most 20 batches")
+    args = parser.parse_args(argv)
+    if args.small:
+        args.epochs, args.steps = 1, 20 if args.steps is None else args.steps
+    return args
 
 
 def main(argv=None) -> dict:

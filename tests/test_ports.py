@@ -143,3 +143,14 @@ def test_ports_timing_script_runs(capsys):
     for r in out.values():
         assert r["tapegrad_s"] > 0 and r["torch_s"] > 0 and r["ratio"] > 0
     assert "dcgan, batch 4, ngf 2, ndf 2:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["mnist", "dcgan"])
+def test_small_flag_shrinks_the_run(name):
+    mod = mnist_torch.port(name)
+    args = mod.parse_args(["--small"])
+    assert args.steps <= 20
+    if name == "dcgan":
+        assert (args.batchSize, args.ngf, args.ndf) == (16, 16, 16)
+    else:
+        assert args.epochs == 1
