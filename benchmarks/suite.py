@@ -1,7 +1,8 @@
 """tapegrad against PyTorch eager, JAX jit and hand-written numpy, side by side in one run.
 
     python benchmarks/suite.py               # full run: BENCHMARKS.md, benchmarks/results.png
-    python benchmarks/suite.py --quick       # smoke run: workloads a, b, f, fewer rounds; prints
+    python benchmarks/suite.py --quick       # smoke run: workloads a, b, f, and h, i and their
+                                             # kernel table at tiny size, fewer rounds; prints
     python benchmarks/suite.py --blas-env    # also re-run (g) with OPENBLAS_CORETYPE and
                                              # OPENBLAS_L2_SIZE unset, in a subprocess
     python benchmarks/suite.py --only b,g    # some workloads (no file written unless --out)
@@ -15,7 +16,9 @@ took more than MAX_LOAD of the CPU is set aside and re-run once the machine is q
 most ``--max-wait`` seconds per workload); ratios that rest on busy rounds are marked. Ratios
 are tapegrad's steps/s over the peer's (above 1: tapegrad is faster). Peak memory is measured
 in a fresh subprocess per (framework, workload): the rise of the peak RSS over a few steps
-after warm-up steps.
+after warm-up steps. The per-kernel table (benchmarks/kernels.py) times each convolution,
+pooling, normalisation, loss and attention shape of workloads c, d, e, h and i forward and
+backward in tapegrad and PyTorch.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:  # run as a script or imported by the smoke test
     sys.path.insert(0, str(HERE))
 
+import jit_cost  # noqa: E402
+import kernels as K  # noqa: E402
 import workloads as W  # noqa: E402
 
 # tapegrad steps/s over PyTorch eager's that the project aims for
-TARGETS = {"a": 2.0, "b": 1.25, "c": 1.0, "d": 1.0}
+TARGETS = {"a": 2.0, "b": 1.25, "c": 1.2, "d": 1.1, "e": 1.1, "h": 1.0, "i": 1.0}
 GEMM_TARGET = 0.90  # (g): tapegrad's FLOP rate over numpy's raw GEMM rate
 MEMORY_TARGET = 1.01  # peak memory per step over PyTorch's: at most equal (within 1%)
 MEMORY_FLOOR = 1 << 20  # below 1 MB on both sides a rise is page and allocator noise
@@ -190,10 +195,12 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
     """
     deadline = time.perf_counter() + max_wait
     res: dict[str, Any] = {"title": W.TITLES[key], "times": {}, "errors": {}, "first_loss": {},
-                           "notes": {}}
+                           "notes": {}, "unsupported": {}, "tiny": tiny}
     benches: dict[str, W.Bench] = {}
     for fw in fws:
         if not W.supports(fw, key):
+            if fw != "numpy":  # the hand-written numpy steps are (a) and (b) by design
+                res["unsupported"][fw] = W.unsupported(fw, key)
             continue
         try:
             b = W.build(fw, key, tiny)
@@ -286,10 +293,12 @@ def memory_child(fw: str, key: str, tiny: bool = False) -> dict[str, Any]:
             "peak_reset": reset}
 
 
-def measure_memory(fw: str, key: str, timeout: float = 600) -> dict[str, Any]:
+def measure_memory(fw: str, key: str, timeout: float = 600, tiny: bool = False) -> dict[str, Any]:
     """``memory_child`` in a fresh interpreter (the same method for every framework)."""
     env = {**os.environ, **MEMORY_ENV}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-child", fw, key]
+    if tiny:
+        cmd.append("--tiny")
     try:
         p = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env,
                            timeout=timeout)
@@ -429,7 +438,7 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "torch": speed_ratio(wl, "torch"), "jax": speed_ratio(wl, "jax"),
             "numpy": speed_ratio(wl, "numpy"),
             "compiled": speed_ratio(wl, "torch", ours="tapegrad-compiled"),
-            "target": TARGETS.get(key),
+            "target": TARGETS.get(key), "unsupported": wl.get("unsupported", {}),
             "busy": {"torch": is_busy(wl, "tapegrad", "torch"),
                      "jax": is_busy(wl, "tapegrad", "jax"),
                      "numpy": is_busy(wl, "tapegrad", "numpy"),
@@ -486,7 +495,8 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
 
     # the headline table
     out += ["## Speed and memory ratios", ""]
-    has_compiled = any(r["compiled"] is not None for r in table_rows(results))
+    has_compiled = any(r["compiled"] is not None or "tapegrad-compiled" in r.get("unsupported", {})
+                       for r in table_rows(results))
     head = ["workload", "tapegrad per step", "vs PyTorch eager", "target", "vs JAX jit",
             "vs numpy"]
     if has_compiled:
@@ -500,7 +510,7 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
         if wl is not None:
             t = wl["times"].get("tapegrad")
             per = f"{1e3 * t['median_s']:.3g} ms" if t else "—"
-            title = f"({key}) {wl['title']}"
+            title = f"({key}) {wl['title']}" + (" (run at its smoke-test size, not these shapes)" if wl.get("tiny") else "")
         elif key == "f-rec":
             per, title = f"{ov['tapegrad recorded']:.2f} µs/op", "(f) per-op, recorded on a tape"
         else:
@@ -521,7 +531,8 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
         cells = [title, per, _x(row["torch"], busy.get("torch", False)), target,
                  _x(row["jax"], busy.get("jax", False)), _x(row["numpy"], busy.get("numpy", False))]
         if has_compiled:
-            cells.append(_x(row["compiled"], busy.get("compiled", False)))
+            cells.append("not run (see notes)" if "tapegrad-compiled" in row.get("unsupported", {})
+                         else _x(row["compiled"], busy.get("compiled", False)))
         cells.append(_memory_cell(wl))
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
@@ -614,6 +625,23 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
 
+    kern = results.get("kernels")
+    if kern and kern.get("rows"):
+        out += ["## Per-kernel forward + backward", "",
+                "Each convolution, transposed convolution, pooling, normalisation, loss and "
+                "attention shape of workloads (c), (d), (e), (h) and (i)"
+                + (" (at their smoke-test sizes)" if kern.get("tiny") else "")
+                + ", run alone forward and backward (a random output gradient; gradients for "
+                "the input and the weights) in tapegrad and in PyTorch from the same arrays "
+                "(`benchmarks/kernels.py`). Median ms over "
+                f"{kern['rounds']} alternating rounds of at least {1e3 * kern['min_time']:.0f} ms "
+                "each; the ratio is the median over rounds of PyTorch's time over tapegrad's "
+                "in the same round (above 1: tapegrad is faster).", "",
+                *K.render(kern["rows"]), ""]
+    jit = results.get("jit")
+    if jit:
+        out += ["## JIT cost of the flagship's first step", "", *jit_cost.lines(jit), ""]
+
     be = results.get("blas_env")
     if be:
         out += ["## (g) with and without the OpenBLAS variables", "",
@@ -648,6 +676,8 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             notes.append(f"- ({key}) {fw} failed: `{e}`")
         for fw, n in wl["notes"].items():
             notes.append(f"- ({key}) {fw}: {n}")
+        for fw, why in wl.get("unsupported", {}).items():
+            notes.append(f"- ({key}) {fw} not run: {why}.")
     for key, wl in results["workloads"].items():
         for fw, v in (wl.get("memory") or {}).items():
             if "error" in v:
@@ -663,6 +693,13 @@ def render_markdown(results: dict[str, Any], chart: str | None = None) -> str:
             "- (e) is the CLIP model of `examples/multimodal.py` (its `CLIP`, `Config`, "
             "`clip_loss`) against a PyTorch twin with the same architecture, loaded from the "
             "tapegrad `state_dict`, and a JAX twin; plain SGD here, not the example's AdamW.",
+            "- (h) is one iteration of pytorch/examples' `dcgan` loop (D on real, D on the "
+            "detached fake, D's Adam step, then G's Adam step through D(fake); BCE; lr 2e-4, "
+            "betas (0.5, 0.999)) at the original architecture with ngf = ndf = 16 instead of 64 "
+            "(64 costs 16x the FLOPs, over a second a step on 2 cores). tapegrad holds one tape "
+            "per network. (i) is torchvision's ResNet-18 `layer2` applied to both inputs of a "
+            "siamese pair with shared weights, its pooled features' |difference| scored by a "
+            "linear head, BCE with logits, plain SGD.",
             "- (f) is `benchmarks/overhead.py`: one 4-element multiply, recorded on a tape vs "
             "PyTorch autograd, and untraced vs numpy and PyTorch without autograd.",
             "- Load guard: the machine is shared. A round during which other processes (or the "
@@ -752,8 +789,9 @@ def write_report(results: dict[str, Any], out: str | None, json_path: str | None
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="workloads a, b, f; fewer rounds")
-    ap.add_argument("--only", help="comma-separated workloads (a,b,c,d,e,f,g)")
+    ap.add_argument("--quick", action="store_true",
+                    help="workloads a, b, f, and h, i at tiny size; fewer rounds")
+    ap.add_argument("--only", help="comma-separated workloads (a,b,c,d,e,f,g,h,i)")
     ap.add_argument("--frameworks", help="comma-separated subset of " + ",".join(
         ["tapegrad", "tapegrad-compiled", "torch", "jax", "numpy"]))
     ap.add_argument("--rounds", type=int, help="rounds per workload (default 7; 3 with --quick)")
@@ -770,19 +808,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="re-render the report and chart from a saved results.json; no timing")
     ap.add_argument("--memory-child", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"),
                     help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true",
+                    help="every workload at its smoke-test size (--quick: h and i are tiny)")
+    ap.add_argument("--no-kernels", action="store_true", help="skip the per-kernel table")
+    ap.add_argument("--no-jit", action="store_true",
+                    help="skip the cold/warm numba cache first-step measurement (full run only)")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.memory_child:
-        print(json.dumps(memory_child(*args.memory_child)))
+        print(json.dumps(memory_child(*args.memory_child, tiny=args.tiny)))
         return {}
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
         write_report(results, args.out or str(ROOT / "BENCHMARKS.md"), None)
         return results
-    keys = ["a", "b", "f"] if args.quick else ["a", "b", "c", "d", "e", "f", "g"]
+    keys = ["a", "b", "f", "h", "i"] if args.quick else ["a", "b", "c", "d", "e", "f", "g", "h",
+                                                          "i"]
+    tiny_keys = set("abcdeghi") if args.tiny else set("hi") if args.quick else set()
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         for k in keys:
@@ -806,7 +851,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": {"rounds": rounds, "min_time": min_time, "quick": args.quick,
                    "max_load": MAX_LOAD, "max_wait": max_wait,
                    "frameworks": fws, "workloads": keys},
-        "workloads": {}, "overhead": None, "blas_env": None,
+        "workloads": {}, "overhead": None, "blas_env": None, "kernels": None, "jit": None,
     }
     print(f"frameworks: {', '.join(fws)}; {rounds} rounds of >= {min_time:g} s")
     for key in keys:
@@ -816,8 +861,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             wait_for_quiet(max_wait)
             results["overhead"] = run_overhead()
             continue
-        print(f"({key}) {W.TITLES[key]}")
-        wl = time_workload(key, fws, rounds, min_time, log=print, max_wait=max_wait)
+        tiny = key in tiny_keys
+        print(f"({key}) {W.TITLES[key]}" + (" (tiny size)" if tiny else ""))
+        wl = time_workload(key, fws, rounds, min_time, tiny=tiny, log=print, max_wait=max_wait)
         results["workloads"][key] = wl
         for fw, t in wl["times"].items():
             print(f"  {fw:18s} {1e3 * t['median_s']:9.3f} ms/step")
@@ -827,9 +873,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             wl["memory"] = {}
             for fw in fws:
                 if W.supports(fw, key) and fw not in wl["errors"]:
-                    wl["memory"][fw] = mem = measure_memory(fw, key)
+                    wl["memory"][fw] = mem = measure_memory(fw, key, tiny=key in tiny_keys)
                     shown = mem.get("error") or f"{mem['rise_bytes'] / 2**20:.2f} MB"
                     print(f"  memory ({key}) {fw}: {shown}")
+    kernel_keys = tuple(k for k in keys if k in K.KERNEL_WORKLOADS)
+    if kernel_keys and not args.no_kernels:
+        print(f"per-kernel table ({', '.join(kernel_keys)})")
+        wait_for_quiet(max_wait)
+        small = bool(tiny_keys) and set(kernel_keys) <= tiny_keys
+        results["kernels"] = {
+            "tiny": small, "rounds": min(rounds, 5), "min_time": min_time / 4,
+            "rows": K.measure(K.kernel_shapes(kernel_keys, small), min(rounds, 5),
+                              min_time / 4, log=print)}
+    if not (args.quick or args.only or args.no_jit):
+        print("JIT cost: the flagship's first step, cold and warm numba cache (jit_cost.py)")
+        results["jit"] = jit_cost.measure()
+        print("\n".join(jit_cost.lines(results["jit"])))
     if args.blas_env:
         results["blas_env"] = run_blas_env(rounds, min_time, max_wait)
     machine["loadavg_end"] = _loadavg()
