@@ -1,0 +1,103 @@
+"""Tests written for mutants that survived the package test selections (docs/mutation.md): each
+asserts values, in float64 against PyTorch where there is a twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tapegrad as tg
+from tapegrad import optim
+from tapegrad.nn import _f_rnn
+
+EXACT = dict(rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(424242)
+
+
+def _grads(fn, arrays: list[np.ndarray], cot_seed: int = 0):
+    ts = [tg.tensor(a) for a in arrays]
+    with tg.Tape() as tape:
+        tape.watch(*ts)
+        out = fn(*ts)
+    outs = out if isinstance(out, tuple) else (out,)
+    cots = [np.random.default_rng(cot_seed + k).standard_normal(o.shape) for k, o in enumerate(outs)]
+    grads = tape.gradient(
+        list(outs), ts, output_gradients=[tg.tensor(c) for c in cots]
+    )  # the sum of the outputs' VJPs
+    return [o.numpy() for o in outs], [g.numpy() for g in grads], cots
+
+
+def _torch_grads(fn, arrays: list[np.ndarray], cots: list[np.ndarray]):
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(*ts)
+    outs = out if isinstance(out, tuple) else (out,)
+    grads = torch.autograd.grad(outs, ts, [torch.tensor(c) for c in cots])
+    return [o.detach().numpy() for o in outs], [g.numpy() for g in grads]
+
+
+# -- recurrent cells (tapegrad/nn/_f_rnn.py): every gate, with a non-zero cell state -------------
+
+
+def test_lstm_cell_matches_torch_with_a_nonzero_cell_state(rng):
+    n, i, h = 3, 4, 5
+    arrays = [rng.standard_normal(s) for s in [(n, i), (n, h), (n, h), (4 * h, i), (4 * h, h),
+                                              (4 * h,), (4 * h,)]]  # fmt: skip
+    arrays[2] *= 3  # c far from 0 and 1: c * f and c / f differ
+    outs, grads, cots = _grads(lambda x, h0, c0, *w: _f_rnn.lstm_cell(x, (h0, c0), *w), arrays)
+    want, wgrads = _torch_grads(
+        lambda x, h0, c0, *w: torch._VF.lstm_cell(x, (h0, c0), *w), arrays, cots
+    )
+    for a, b in zip(outs, want, strict=True):
+        np.testing.assert_allclose(a, b, **EXACT)
+    for a, b in zip(grads, wgrads, strict=True):
+        np.testing.assert_allclose(a, b, **EXACT)
+
+
+def test_gru_cell_matches_torch(rng):
+    n, i, h = 3, 4, 5
+    arrays = [rng.standard_normal(s) for s in [(n, i), (n, h), (3 * h, i), (3 * h, h), (3 * h,),
+                                              (3 * h,)]]  # fmt: skip
+    outs, grads, cots = _grads(_f_rnn.gru_cell, arrays)
+    want, wgrads = _torch_grads(torch._VF.gru_cell, arrays, cots)
+    np.testing.assert_allclose(outs[0], want[0], **EXACT)
+    for a, b in zip(grads, wgrads, strict=True):
+        np.testing.assert_allclose(a, b, **EXACT)
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu"])
+def test_rnn_cell_matches_torch(nonlinearity, rng):
+    n, i, h = 3, 4, 5
+    arrays = [rng.standard_normal(s) for s in [(n, i), (n, h), (h, i), (h, h), (h,), (h,)]]
+    outs, grads, cots = _grads(
+        lambda *a: _f_rnn.rnn_cell(*a, nonlinearity=nonlinearity), arrays
+    )
+    ref = torch._VF.rnn_tanh_cell if nonlinearity == "tanh" else torch._VF.rnn_relu_cell
+    want, wgrads = _torch_grads(ref, arrays, cots)
+    np.testing.assert_allclose(outs[0], want[0], **EXACT)
+    for a, b in zip(grads, wgrads, strict=True):
+        np.testing.assert_allclose(a, b, **EXACT)
+
+
+# -- schedulers: a user's subclass of the base class with its defaults --------------------------
+
+
+def test_a_user_scheduler_on_the_base_class_starts_at_step_zero():
+    class Halving(optim.lr_scheduler.LRScheduler):
+        def lr_at(self, base_lr: float, step: int) -> float:
+            return base_lr * 0.5**step
+
+    opt = optim.SGD([tg.Parameter(tg.ones(2))], lr=0.8)
+    sched = Halving(opt)  # the default last_epoch: a fresh schedule, no 'initial_lr' needed
+    assert sched.last_epoch == 0
+    assert opt.param_groups[0]["initial_lr"] == 0.8
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(3):
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == [0.8, 0.4, 0.2, 0.1]
+    assert sched.last_epoch == 3
