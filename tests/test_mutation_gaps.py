@@ -101,3 +101,25 @@ def test_a_user_scheduler_on_the_base_class_starts_at_step_zero():
         lrs.append(opt.param_groups[0]["lr"])
     assert lrs == [0.8, 0.4, 0.2, 0.1]
     assert sched.last_epoch == 3
+
+
+# -- the numpy kernels (no numba, or CuPy): conv's col2im, through the gradient -----------------
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(stride=2, padding=1), dict(dilation=2), dict(stride=(1, 2), padding=(2, 0))],
+    ids=str,
+)
+def test_conv2d_gradient_on_the_numpy_kernels_matches_torch(kw, rng, monkeypatch):
+    from tapegrad import _kernels
+
+    monkeypatch.setattr(_kernels, "usable", lambda *a: False)
+    arrays = [rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 2))]
+    outs, grads, cots = _grads(lambda x, w: tg.nn.functional.conv2d(x, w, **kw), arrays)
+    want, wgrads = _torch_grads(
+        lambda x, w: torch.nn.functional.conv2d(x, w, **kw), arrays, cots
+    )
+    np.testing.assert_allclose(outs[0], want[0], **EXACT)
+    for a, b in zip(grads, wgrads, strict=True):
+        np.testing.assert_allclose(a, b, **EXACT)
