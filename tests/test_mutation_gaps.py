@@ -123,3 +123,54 @@ def test_conv2d_gradient_on_the_numpy_kernels_matches_torch(kw, rng, monkeypatch
     np.testing.assert_allclose(outs[0], want[0], **EXACT)
     for a, b in zip(grads, wgrads, strict=True):
         np.testing.assert_allclose(a, b, **EXACT)
+
+
+# -- engine: messages and checks that no other test reaches --------------------------------------
+
+
+def test_two_saved_inputs_changed_in_place_are_both_named():
+    w = tg.Parameter(np.arange(3.0))
+    x = tg.tensor(np.ones(3))
+    with tg.Tape() as tape:
+        tape.watch(x)
+        loss = (w * x).sum()  # mul saves both
+    w.copy_(np.zeros(3))
+    x.copy_(np.zeros(3))
+    with pytest.raises(RuntimeError, match=r"Tape\.gradient: one of input 0 .* or input 1 .*of op 'mul'"):
+        tape.gradient(loss)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_clip_by_global_norm_rejects_a_max_norm_that_is_not_positive(bad):
+    w = tg.Parameter(np.ones(2))
+    with tg.Tape() as tape:
+        loss = (w * w).sum()
+    g = tape.gradient(loss)
+    with pytest.raises(ValueError, match=r"clip_by_global_norm: max_norm must be > 0"):
+        g.clip_by_global_norm(bad)
+    np.testing.assert_allclose(g.clip_by_global_norm(1.0)[w].numpy(), 2 / (8**0.5 + 1e-6))
+
+
+def test_why_missing_says_where_the_parameter_was_used_for_each_tape_style():
+    used, unused = tg.Parameter(np.ones(2)), tg.Parameter(np.ones(2))
+    with tg.Tape() as tape:  # the `with` style: "not used while the tape was open"
+        loss = (used * 2.0).sum()
+    (unused * 2.0).sum()
+    assert "it was not used while the tape was open" in tape.gradient(loss).why_missing(unused)
+    tape = tg.Tape()  # the dfdx style (no `with`): "not used in the forward pass"
+    x = tg.tensor(np.ones(2)).trace(tape)
+    loss = (x * used).sum()
+    why = tape.gradient(loss).why_missing(unused)
+    assert "it was not used in the forward pass" in why and "x.trace(tape)" in why
+
+
+def test_an_op_of_three_inputs_records_when_only_a_later_input_is_on_the_tape():
+    cond = tg.tensor(np.array([True, False, True]))
+    x, y = tg.tensor(np.arange(3.0)), tg.tensor(np.full(3, 5.0))
+    lo = tg.tensor(np.full(3, 1.5))
+    with tg.Tape() as tape:
+        tape.watch(y, lo)
+        out = tg.where(cond, x, y).sum() + tg.clip(x, lo, 10.0).sum()
+    gy, glo = tape.gradient(out, [y, lo])
+    np.testing.assert_array_equal(gy.numpy(), [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(glo.numpy(), [1.0, 1.0, 0.0])  # x < lo at 0 and 1
