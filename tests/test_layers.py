@@ -35,8 +35,8 @@ def twin_check(
     *,
     pick: Callable[[Any], Any] = lambda out: out,
     train: bool = False,
-    rtol: float = 1e-6,
-    atol: float = 1e-9,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
 ) -> tuple[Any, Any]:
     """Load ``ref``'s state_dict into ``ours`` (strict) in float64 and compare the output, the
     gradients of the float inputs and of every parameter (matched by name) for a random
