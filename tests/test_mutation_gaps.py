@@ -174,3 +174,46 @@ def test_an_op_of_three_inputs_records_when_only_a_later_input_is_on_the_tape():
     gy, glo = tape.gradient(out, [y, lo])
     np.testing.assert_array_equal(gy.numpy(), [0.0, 1.0, 0.0])
     np.testing.assert_array_equal(glo.numpy(), [1.0, 1.0, 0.0])  # x < lo at 0 and 1
+
+
+# -- ops: dtype promotion between two tensors, PyTorch's split sizes, rollaxis's range ------------
+
+DTYPES = ["float32", "float64", "int32", "int64", "bool"]
+
+
+@pytest.mark.parametrize("a", DTYPES)
+@pytest.mark.parametrize("b", DTYPES)
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "maximum"])
+def test_two_tensors_of_different_dtypes_promote_like_torch(name, a, b):
+    if name == "subtract" and "bool" in (a, b):
+        pytest.skip("PyTorch refuses to subtract booleans")
+    x, y = np.array([1, 0, 3]).astype(a), np.array([2, 1, 1]).astype(b)
+    got = getattr(tg, name)(tg.tensor(x), tg.tensor(y))
+    torch_name = {"subtract": "sub", "multiply": "mul"}.get(name, name)
+    want = getattr(torch, torch_name)(torch.from_numpy(x), torch.from_numpy(y))
+    assert got.numpy().dtype == want.numpy().dtype, (name, a, b)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("size,split", [(6, 2), (7, 3), (5, 1), (4, [1, 3]), (6, [2, 2, 2])])
+def test_split_with_dim_takes_pytorchs_sizes(size, split, rng):
+    x = rng.standard_normal((size, 2))
+    got = tg.split(tg.tensor(x), split, dim=0)
+    want = torch.split(torch.from_numpy(x), split, dim=0)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("axis,start", [(0, 3), (2, 0), (1, 3), (-1, -3), (0, -1), (2, 2)])
+def test_rollaxis_matches_numpy_at_every_start_in_range(axis, start):
+    x = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(
+        tg.rollaxis(tg.tensor(x), axis, start).numpy(), np.rollaxis(x, axis, start)
+    )
+
+
+@pytest.mark.parametrize("start", [4, -4])
+def test_rollaxis_rejects_a_start_out_of_range(start):
+    with pytest.raises(np.exceptions.AxisError, match=rf"rollaxis: start {start} is out of range -3\.\.3"):
+        tg.rollaxis(tg.ones((2, 3, 4)), 0, start)
