@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-examples
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint bench docs clean install
+.PHONY: demo test lint bench docs clean install mutants
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,11 +30,21 @@ demo: $(DEMO_STAMP)
 		echo "graphviz's dot is not installed: the tape picture stays DOT source"
 	$(BIN)/python examples/multimodal.py
 
+# the tests run in a random order (pytest-randomly; the seed is in the header: rerun one order with
+# -p randomly --randomly-seed=N, or none with -p no:randomly)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# mutation testing (cosmic-ray) of the engine, ops, nn functional code and optim: a fixed random
+# sample of SAMPLE mutants per package, each against that package's fast tests (docs/mutation.md).
+# Not part of `make test`: about 10 s per mutant per core, so an hour or more.
+SAMPLE ?= 150
+SEED ?= 0
+mutants: $(STAMP)
+	nice -n 19 $(BIN)/python tools/mutants.py --sample $(SAMPLE) --seed $(SEED)
+
 lint: $(STAMP)
-	$(BIN)/ruff check tapegrad tests examples benchmarks docs
+	$(BIN)/ruff check tapegrad tests examples benchmarks docs tools
 	$(BIN)/mypy
 	@wc -l tapegrad/_autodiff/*.py | tail -n 1 | awk '{print "engine (tapegrad/_autodiff): " $$1 " lines"}'
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: every test starts from the same random state, on one BLAS thread.
+"""Shared fixtures: every test starts from the same random state, on one BLAS thread; the
+random test order's seed is printed at the end.
 
 The suite's arrays are small: a second BLAS thread only adds spin-waiting (and on a busy
 2-core machine makes small matmuls several times slower), and timing is never tested here.
@@ -19,3 +20,12 @@ _LIMIT = threadpool_limits(limits=1)  # for the whole session, doctests included
 def _seed() -> None:
     tg.manual_seed(0)
     np.random.seed(0)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Print the order's seed at the end (``-q`` hides pytest-randomly's header line)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(
+            f"random test order, seed {seed}: rerun it with -p randomly --randomly-seed={seed}"
+        )

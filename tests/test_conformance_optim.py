@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import tapegrad as tg
 from tapegrad import optim
@@ -220,32 +221,141 @@ def test_adam_decoupled_decay(make):
 
 # -- section 11: RMSprop ----------------------------------------------------------------------
 
-_RMSPROP_SKIP = (
-    "dfdx's RMSprop is TensorFlow-style (eps inside the square root, square_avg starting at "
-    "ones, as timm's RMSpropTF); tapegrad's RMSprop follows PyTorch (eps outside the root, "
-    "square_avg starting at zero) and does not offer the TF variant, so dfdx's numbers do not apply"
-)
+# dfdx's RMSprop is TensorFlow-style (eps inside the square root, square_avg starting at ones,
+# as timm's RMSpropTF); tapegrad's RMSprop follows PyTorch (eps outside the root, square_avg
+# starting at zero) and does not offer the TF variant. Each dfdx case is checked against a
+# reference of dfdx's rule, and tapegrad's step with the same settings against PyTorch's.
+
+RMSPROP_RATE = [0.1, 1.0, 2.0, 10.0, 100.0]
+
+# dfdx's expected t after each of 5 steps, and the config change from its default
+RMSPROP_CASES = {
+    "test_rmsprop_default": (
+        {},
+        [
+            [0.9997892, 0.98245883, 0.9703907, 0.9683808, 0.96837723],
+            [0.99956703, 0.96670717, 0.9485176, 0.9457928, 0.945788],
+            [0.9993329, 0.9521923, 0.9301649, 0.9270585, 0.9270531],
+            [0.9990862, 0.9385879, 0.9138966, 0.9105493, 0.91054344],
+            [0.9988262, 0.9256831, 0.8990271, 0.8955128, 0.8955067],
+        ],
+    ),
+    "test_rmsprop_momentum": (
+        {'momentum': 0.9},
+        [
+            [0.9997892, 0.98245883, 0.9703907, 0.9683808, 0.96837723],
+            [0.9993773, 0.9509201, 0.9218692, 0.9173355, 0.9173275],
+            [0.9987725, 0.9082085, 0.86019397, 0.8530321, 0.8530196],
+            [0.9979816, 0.8566451, 0.78923434, 0.7795164, 0.7794995],
+            [0.9970101, 0.798177, 0.71185935, 0.69974965, 0.6997286],
+        ],
+    ),
+    "test_rmsprop_diff_alpha": (
+        {'alpha': 0.5},
+        [
+            [0.99971724, 0.9873509, 0.9859671, 0.985858, 0.98585784],
+            [0.9993176, 0.9763115, 0.97450525, 0.97436625, 0.97436607],
+            [0.9987531, 0.96588355, 0.9639029, 0.9637519, 0.96375173],
+            [0.99795645, 0.95572895, 0.95366806, 0.95351166, 0.9535115],
+            [0.99683434, 0.9457051, 0.9436056, 0.9434466, 0.9434464],
+        ],
+    ),
+    "test_rmsprop_diff_eps": (
+        {'eps': 1e-2},
+        [
+            [0.9997904, 0.98252594, 0.97041094, 0.9683808, 0.96837723],
+            [0.99956954, 0.9668238, 0.9485463, 0.94579285, 0.945788],
+            [0.999337, 0.95234853, 0.93019867, 0.9270586, 0.9270531],
+            [0.99909216, 0.9387773, 0.9139341, 0.91054934, 0.91054344],
+            [0.9988343, 0.9259014, 0.89906746, 0.8955129, 0.8955067],
+        ],
+    ),
+    "test_rmsprop_centered": (
+        {'centered': True},
+        [
+            [0.9997892, 0.98218256, 0.96900064, 0.9666708, 0.9666667],
+            [0.99956703, 0.965664, 0.9448974, 0.941596, 0.9415902],
+            [0.9993329, 0.9498438, 0.9236177, 0.91970736, 0.91970056],
+            [0.9990862, 0.93438274, 0.90377975, 0.89941716, 0.8994096],
+            [0.9988262, 0.9190646, 0.8847198, 0.87998855, 0.8799804],
+        ],
+    ),
+    "test_rmsprop_l2_weight_decay": (
+        {'weight_decay': 0.5},
+        [
+            [0.9945992, 0.9797556, 0.97018003, 0.96838075, 0.96837723],
+            [0.9890257, 0.96231526, 0.9482287, 0.94579273, 0.945788],
+            [0.98328084, 0.94663495, 0.92983353, 0.92705846, 0.9270531],
+            [0.9773666, 0.9321751, 0.9135383, 0.9105492, 0.91054344],
+            [0.97128564, 0.9186157, 0.89865, 0.89551276, 0.8955067],
+        ],
+    ),
+    "test_rmsprop_decoupled_weight_decay": (
+        {'decoupled': 0.5},
+        [
+            [0.9947892, 0.97745883, 0.9653907, 0.9633808, 0.96337724],
+            [0.98959416, 0.9568803, 0.9387497, 0.93603325, 0.9360285],
+            [0.9844144, 0.93768346, 0.91579914, 0.9127129, 0.9127075],
+            [0.9792493, 0.91952574, 0.8950769, 0.89176315, 0.8917574],
+            [0.9740982, 0.90218556, 0.8758817, 0.8724158, 0.87240976],
+        ],
+    ),
+}
 
 
-@pytest.mark.skip(reason=_RMSPROP_SKIP)
-@pytest.mark.parametrize(
-    "case",
-    [
-        "test_rmsprop_default",
-        "test_rmsprop_momentum",
-        "test_rmsprop_diff_alpha",
-        "test_rmsprop_diff_eps",
-        "test_rmsprop_centered",
-        "test_rmsprop_l2_weight_decay",
-        "test_rmsprop_decoupled_weight_decay",
-    ],
-)
+def _dfdx_rmsprop(cfg: dict, steps: int) -> list[np.ndarray]:
+    """dfdx's TF-style rule in float64 (dfdx_cases.md, section 11): square_avg starts at ones,
+    eps inside the square root, momentum buffer times lr, L2 or decoupled weight decay."""
+    lr, alpha, eps = 1e-2, cfg.get("alpha", 0.9), cfg.get("eps", 1e-8)
+    rate = np.array(RMSPROP_RATE)
+    t, sq, ga, buf, rows = np.ones(5), np.ones(5), np.zeros(5), np.zeros(5), []
+    for _ in range(steps):
+        g = 2 * t * rate**2
+        g = g + cfg.get("weight_decay", 0.0) * t
+        sq = sq + (1 - alpha) * (g * g - sq)
+        if cfg.get("centered"):
+            ga = ga + (1 - alpha) * (g - ga)
+            avg = np.sqrt(sq - ga**2 + eps)
+        else:
+            avg = np.sqrt(sq + eps)
+        g = g / avg
+        if "momentum" in cfg:
+            buf = buf * cfg["momentum"] + g
+            g = buf * lr
+        else:
+            g = g * lr
+        t = t - g - cfg.get("decoupled", 0.0) * lr * t
+        rows.append(t)
+    return rows
+
+
+@pytest.mark.parametrize("case", sorted(RMSPROP_CASES))
 def test_rmsprop(case):
-    raise AssertionError(f"{case} would need TF-style RMSprop")
+    """dfdx's case is the TF rule (checked in float64 against its numbers); tapegrad's RMSprop
+    with the same settings is PyTorch's (checked against torch.optim.RMSprop in float64 to
+    1e-12), and the two differ, which is why dfdx's numbers are not tapegrad's."""
+    cfg, expected = RMSPROP_CASES[case]
+    np.testing.assert_allclose(_dfdx_rmsprop(cfg, len(expected)), expected, rtol=0, atol=ATOL)
+    # PyTorch has no decoupled decay for RMSprop: that case compares the undecayed rule
+    kw = {k: v for k, v in cfg.items() if k != "decoupled"}
+    kw = {"lr": 1e-2, "alpha": 0.9, "eps": 1e-8, **kw}
+    rate = np.array(RMSPROP_RATE)
+    t = tg.Parameter(tg.ones(5, dtype=tg.float64))
+    tt = torch.ones(5, dtype=torch.float64, requires_grad=True)
+    opt, topt = optim.RMSprop([t], **kw), torch.optim.RMSprop([tt], **kw)
+    for row in expected:
+        with tg.Tape() as tape:
+            loss = ((t * tg.tensor(rate)) ** 2).sum()
+        opt.step(tape.gradient(loss))
+        topt.zero_grad()
+        ((tt * torch.from_numpy(rate)) ** 2).sum().backward()
+        topt.step()
+        np.testing.assert_allclose(t.numpy(), tt.detach().numpy(), rtol=1e-12, atol=0)
+    assert not np.allclose(t.numpy(), expected[-1], atol=ATOL)
 
 
 def test_rmsprop_is_the_pytorch_variant_not_dfdxs():
-    # What the skip above says, checked: dfdx's first default step (row 0 of
+    # What the cases above say, checked: dfdx's first default step (row 0 of
     # test_rmsprop_default) differs from tapegrad's PyTorch-style first step, which is
     # p - lr * g / (sqrt((1 - alpha) * g**2) + eps).
     rate = np.array([0.1, 1.0, 2.0, 10.0, 100.0], np.float32)

@@ -59,7 +59,9 @@ ACTIVATIONS = [
 @pytest.mark.parametrize("name,fn", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
 def test_activation_matches_torch(name, fn):
     x = _rand(np.random.default_rng(1), (3, 4, 6))
-    compare(lambda t: fn(F, t), lambda t: fn(TF, t), [x])
+    # PyTorch's hardsigmoid backward multiplies by 1/6 rounded to float32 (3e-8 relative)
+    rtol = 1e-7 if name == "hardsigmoid" else 1e-10
+    compare(lambda t: fn(F, t), lambda t: fn(TF, t), [x], rtol=rtol)
 
 
 def test_prelu_input_and_weight_gradients():

@@ -48,7 +48,7 @@ def test_lbfgs_equals_torch(kwargs):
     assert calls[0] == calls[1]
     for name, p in tnet.state_dict().items():
         np.testing.assert_allclose(
-            net.state_dict()[name].numpy(), p.numpy(), rtol=1e-8, atol=1e-10, err_msg=name
+            net.state_dict()[name].numpy(), p.numpy(), rtol=1e-10, atol=1e-12, err_msg=name
         )
 
 

@@ -15,12 +15,15 @@ import torch.nn.functional as TF
 import tapegrad as tg
 from tapegrad.testing import check_grads
 
-RNG = np.random.default_rng(0)
-X = RNG.uniform(-1, 1, (3, 4))
-V = RNG.uniform(-1, 1, (4,))
-SQ = RNG.uniform(-1, 1, (3, 3)) + 3 * np.eye(3)
-POS = RNG.uniform(0.5, 2, (3, 4))
-V3 = RNG.uniform(-1, 1, (2, 3))
+_rng = np.random.default_rng(0)  # fixed data, drawn once at import; read-only below
+X = _rng.uniform(-1, 1, (3, 4))
+V = _rng.uniform(-1, 1, (4,))
+SQ = _rng.uniform(-1, 1, (3, 3)) + 3 * np.eye(3)
+POS = _rng.uniform(0.5, 2, (3, 4))
+V3 = _rng.uniform(-1, 1, (2, 3))
+del _rng
+for _a in (X, V, SQ, POS, V3):
+    _a.setflags(write=False)  # a test that wrote into one would change the next test's input
 
 
 def _flat(out: Any) -> list[Any]:
@@ -230,7 +233,7 @@ def test_numpy_dot_gradient_is_the_product_rule() -> None:
 
 
 def test_numpy_array_gradient_through_numpy_calls_matches_torch() -> None:
-    a = RNG.uniform(-1, 1, (3, 3)) + 3 * np.eye(3)
+    a = np.random.default_rng(1).uniform(-1, 1, (3, 3)) + 3 * np.eye(3)
     x = tg.tensor(a)
     with tg.Tape() as tape:
         tape.watch(x)

@@ -47,7 +47,7 @@ def _run(tg_cls, torch_cls, kwargs, grouped=False, steps=STEPS):
         topt.step()
     for p, t in zip(ours, theirs):
         assert p.dtype == tg.float64
-        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-12)
     return opt, topt
 
 
@@ -159,7 +159,7 @@ def test_end_to_end_with_tape_gradients_matches_torch():
         topt.zero_grad()
         ((torch.tensor(x) @ tw - torch.tensor(y)) ** 2).mean().backward()
         topt.step()
-    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-10)
 
 
 # -- missing gradients ------------------------------------------------------------------------
@@ -363,7 +363,7 @@ def test_loads_a_pytorch_state_dict_converted_to_numpy(ours, theirs, kwargs):
             t.grad = torch.tensor(g)
         topt.step()
     for p, t in zip(params, tparams):
-        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_load_state_dict_skips_none_entries():

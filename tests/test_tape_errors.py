@@ -303,3 +303,13 @@ def test_output_gradient_of_a_primitive_saving_out_checks_version():
         y = tg.apply(sq, x)
         loss = y.sum()
     np.testing.assert_allclose(tape.gradient(loss, x).numpy(), [4.0, 6.0])
+    # the same recording, with the saved output changed in place before backward
+    with tg.Tape() as tape:
+        tape.watch(x)
+        y = tg.apply(sq, x)
+        loss = y.sum()
+    y.copy_(np.zeros(2))
+    with pytest.raises(
+        RuntimeError, match=r"its output \(shape \(2,\), float64, now at version 1\) of op 'test_sq_out'"
+    ):
+        tape.gradient(loss, x)

@@ -12,13 +12,14 @@ import torch
 import tapegrad as tg
 from tapegrad import nn
 
+# replaced by a new generator for each test (_fresh_rng): no test sees another's draws
 RNG = np.random.default_rng(7)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_rng() -> None:
-    """Each test draws the same numbers from RNG whatever ran before it (any order, any -k)."""
-    RNG.bit_generator.state = np.random.default_rng(7).bit_generator.state
+def _fresh_rng(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets a new generator, seeded alike whatever ran before it (any order, any -k)."""
+    monkeypatch.setitem(globals(), "RNG", np.random.default_rng(7))
 
 
 class TorchCNN(torch.nn.Module):

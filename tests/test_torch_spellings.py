@@ -11,6 +11,7 @@ import torch
 import tapegrad as tg
 
 A = np.random.default_rng(0).uniform(-1, 1, (2, 3, 4))
+A.setflags(write=False)  # shared by the tests: none may change it
 
 
 def _same(got: tg.Tensor, want: torch.Tensor) -> None:

@@ -10,13 +10,14 @@ from test_layers import twin_check
 import tapegrad as tg
 from tapegrad import nn
 
+# replaced by a new generator for each test (_fresh_rng): no test sees another's draws
 RNG = np.random.default_rng(1)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_rng() -> None:
-    """Each test draws the same numbers from RNG whatever ran before it (any order, any -k)."""
-    RNG.bit_generator.state = np.random.default_rng(1).bit_generator.state
+def _fresh_rng(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets a new generator, seeded alike whatever ran before it (any order, any -k)."""
+    monkeypatch.setitem(globals(), "RNG", np.random.default_rng(1))
 
 
 E, H, FF = 8, 2, 16

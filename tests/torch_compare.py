@@ -8,7 +8,7 @@ import torch
 
 import tapegrad as tg
 
-RTOL, ATOL = 1e-6, 1e-9
+RTOL, ATOL = 1e-10, 1e-12
 
 
 def close(a, b, rtol=RTOL, atol=ATOL, what=""):

@@ -39,8 +39,8 @@ def pixel_unshuffle(input: Any, downscale_factor: int) -> Tensor:
 
     >>> import tapegrad as tg
     >>> import tapegrad.nn.functional as F
-    >>> F.pixel_unshuffle(tg.zeros((1, 1, 4, 4)), 2).shape
-    (1, 4, 2, 2)
+    >>> F.pixel_unshuffle(tg.arange(16.0).reshape(1, 1, 4, 4), 2)[0, :, 0, 0].tolist()
+    [0.0, 1.0, 4.0, 5.0]
     """
     x = as_tensor(input)
     r = int(downscale_factor)

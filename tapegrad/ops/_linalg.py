@@ -43,8 +43,8 @@ def matmul(x: Any, y: Any) -> Tensor:
     """Matrix product with numpy's rules (1-D operands, batch dimensions broadcast).
 
     >>> import tapegrad as tg
-    >>> (tg.ones((2, 3)) @ tg.ones((3, 4))).shape
-    (2, 4)
+    >>> (tg.arange(6.0).reshape(2, 3) @ tg.ones((3, 2))).tolist()
+    [[3.0, 3.0], [12.0, 12.0]]
     """
     x, y = operands(as_tensor(x), as_tensor(y))
     if x.ndim == 0 or y.ndim == 0:
@@ -186,8 +186,8 @@ def einsum(subscripts: str, *operands_: Any) -> Tensor:
     """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
 
     >>> import tapegrad as tg
-    >>> tg.einsum("ij,jk->ik", tg.ones((2, 3)), tg.ones((3, 4))).shape
-    (2, 4)
+    >>> tg.einsum("ij,jk->ik", tg.arange(6.0).reshape(2, 3), tg.ones((3, 2))).tolist()
+    [[3.0, 3.0], [12.0, 12.0]]
     """
     ops = [as_tensor(o) for o in operands_]
     s = _explicit(subscripts, ops)

@@ -192,8 +192,8 @@ def vstack(xs: Any) -> Tensor:
     """Stack along the first axis (1-D inputs become rows).
 
     >>> import tapegrad as tg
-    >>> tg.vstack([tg.ones(2), tg.zeros(2)]).shape
-    (2, 2)
+    >>> tg.vstack([tg.ones(2), tg.zeros(2)]).tolist()
+    [[1.0, 1.0], [0.0, 0.0]]
     """
     return S.concatenate([atleast_2d(x) for x in _seq(xs, "vstack")], axis=0)
 

@@ -62,8 +62,8 @@ class ReflectionPad2d(ReflectionPad1d):
     """Mirror the last two axes: ``padding`` is (left, right, top, bottom) or one int.
 
     >>> import tapegrad as tg
-    >>> tg.nn.ReflectionPad2d(1)(tg.zeros((1, 3, 4, 4))).shape
-    (1, 3, 6, 6)
+    >>> tg.nn.ReflectionPad2d(1)(tg.arange(4.0).reshape(1, 1, 2, 2))[0, 0].tolist()
+    [[3.0, 2.0, 3.0, 2.0], [1.0, 0.0, 1.0, 0.0], [3.0, 2.0, 3.0, 2.0], [1.0, 0.0, 1.0, 0.0]]
     """
 
     dims = 2

@@ -145,8 +145,8 @@ class AdaptiveAvgPool2d(Module):
     pooling.
 
     >>> import tapegrad as tg
-    >>> tg.nn.AdaptiveAvgPool2d((1, 1))(tg.ones((2, 3, 7, 5))).shape
-    (2, 3, 1, 1)
+    >>> tg.nn.AdaptiveAvgPool2d((1, 1))(tg.arange(6.0).reshape(1, 1, 2, 3)).tolist()
+    [[[[2.5]]]]
     """
 
     output_size: Any
