@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
@@ -63,6 +64,10 @@ def _ln_stats(xp: Any, x: Any, m: int, eps: float) -> tuple[Any, Any]:
 
 def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
     m = math.prod(x.shape[a] for a in axes)
+    if K.usable(x, w, b):  # one pass per row
+        from .._kernels import norm  # noqa: PLC0415
+
+        return norm.layer_norm(x, w, b, m, eps)
     y, _ = _ln_stats(ARRAYS, x, m, eps)
     if w is not None:
         y *= w.reshape(-1)
@@ -77,6 +82,11 @@ def _ln_grads(
     # backward recomputes the two statistics from the saved input (no normalised copy kept)
     m = math.prod(x.shape[a] for a in axes)
     ns = x.shape[x.ndim - len(axes) :]
+    if not xp.tensors and K.usable(g, x, w):  # one pass per row (same sums to rounding)
+        from .._kernels import norm  # noqa: PLC0415
+
+        gx, gw, gb = norm.layer_norm_grad(g, x, w, m, eps, needs)
+        return gx, None if gw is None else gw.reshape(ns), None if gb is None else gb.reshape(ns)
     xhat, rstd = _ln_stats(xp, x, m, eps)
     g2 = xp.reshape(g, (-1, m))
     gx = gw = gb = None
