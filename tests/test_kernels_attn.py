@@ -384,3 +384,32 @@ def test_cross_entropy_probability_targets_match_torch(dtype, smoothing):
         )  # fmt: skip
 
     _against_torch(ours_idx, theirs_idx, [x], dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(40, 3), (7, 2, 5), (1, 4)])
+def test_scatter_add_kernel_equals_the_sorted_reference(monkeypatch, dtype, shape):
+    from tapegrad.nn import _f_common as C
+
+    rng = np.random.default_rng(6)
+    g = rng.standard_normal(shape).astype(dtype)
+    idx = rng.integers(0, 5, shape[0])
+    got = C._segment_rows(g, idx, 6, False)
+    want = _reference(monkeypatch, C._segment_rows, g, idx, 6, False)
+    _close(got, want, dtype)
+    assert not got[5].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_embedding_with_padding_matches_torch(dtype):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((9, 4)).astype(dtype)
+    ids = rng.integers(0, 9, (3, 6))
+    ids[0, :3] = 2
+    _against_torch(
+        lambda w: F.embedding(tg.tensor(ids), w, padding_idx=2),
+        lambda w: torch.nn.functional.embedding(torch.tensor(ids), w, padding_idx=2),
+        [w],
+        dtype,
+    )

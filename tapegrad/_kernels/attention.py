@@ -31,16 +31,18 @@ def _softmax_rows(s, mf, ms, scale):  # type: ignore[no-untyped-def]
     for b in range(n_b):
         for h in range(n_h):
             for i in range(n_l):
-                r = U(((b * n_h + h) * n_l + i) * n_s)
-                row = sf[r : r + U(n_s)]
+                r = ((b * n_h + h) * n_l + i) * n_s
+                row = sf[r : r + n_s]  # signed bounds: unsigned ones made this 5x slower
                 if mf is not None:
-                    mb = U(b * ms[0] + h * ms[1] + i * ms[2])
+                    mb = b * ms[0] + h * ms[1] + i * ms[2]
                     if ms[3] == 1:
+                        mrow = mf[mb : mb + n_s]
                         for j in range(U(n_s)):
-                            row[j] = row[j] * scale + mf[mb + j]
+                            row[j] = row[j] * scale + mrow[j]
                     else:
+                        mv = mf[mb]
                         for j in range(U(n_s)):
-                            row[j] = row[j] * scale + mf[mb]
+                            row[j] = row[j] * scale + mv
                 else:
                     for j in range(U(n_s)):
                         row[j] *= scale
@@ -67,15 +69,17 @@ def _score_grad_rows(p, dp, g, out, scale, dmask):  # type: ignore[no-untyped-de
                 c = pf.dtype.type(0)
                 for d in range(dv):
                     c += g[b, h, i, d] * out[b, h, i, d]
-                r = U(((b * n_h + h) * n_l + i) * n_s)
-                for j in range(r, r + U(n_s)):
-                    df[j] = pf[j] * (df[j] - c)
+                r = ((b * n_h + h) * n_l + i) * n_s
+                prow = pf[r : r + n_s]
+                drow = df[r : r + n_s]
+                for j in range(U(n_s)):
+                    drow[j] = prow[j] * (drow[j] - c)
                 if dmask is not None:
-                    mf = dmask.reshape(-1)
-                    for j in range(r, r + U(n_s)):
-                        mf[j] = df[j]
-                for j in range(r, r + U(n_s)):
-                    df[j] *= scale
+                    mrow = dmask.reshape(-1)[r : r + n_s]
+                    for j in range(U(n_s)):
+                        mrow[j] = drow[j]
+                for j in range(U(n_s)):
+                    drow[j] *= scale
 
 
 def mask_strides(mask: Any) -> tuple[Any, Any]:
