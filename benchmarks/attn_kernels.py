@@ -156,13 +156,23 @@ def _reference(f: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return int(blas[0]["num_threads"]) if blas else 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--min-time", type=float, default=0.05, help="seconds per timing")
     ap.add_argument("--only", default="", help="rows whose name contains this")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="PyTorch's threads (default: numpy's BLAS threads)"
+    )
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads or _blas_threads())
     print(f"kernels: {_kernels.selection()}; {args.rounds} rounds; times in microseconds")
     print(f"{'forward + backward':42s} {'numba':>8s} {'numpy':>8s} {'torch':>8s}"
           f" {'vs numpy':>9s} {'vs torch':>9s}")  # fmt: skip

@@ -40,7 +40,7 @@ def fexp(x: Any) -> Any:
     return np.exp(x)
 
 
-@overload(fexp, jit_options={"cache": True})
+@overload(fexp)
 def _fexp(x):  # type: ignore[no-untyped-def]
     if x == types.float32:
 
