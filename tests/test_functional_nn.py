@@ -744,6 +744,15 @@ def _prim_rows():
             lambda x, w, b: F.layer_norm(x, (5, 4), w, b),
             [x4, tg.tensor(_rand(rng, (5, 4))), tg.tensor(_rand(rng, (5, 4)))],
         ),
+        "nn.attention": (
+            lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) ** 2,
+            [
+                tg.tensor(_rand(rng, (2, 2, 3, 4))),
+                tg.tensor(_rand(rng, (2, 2, 5, 4))),
+                tg.tensor(_rand(rng, (2, 2, 5, 3))),
+                tg.tensor(_rand(rng, (3, 5))),
+            ],
+        ),
         "nn.mse_loss": (
             lambda x, t: F.mse_loss(x, t) + F.mse_loss(t, x, reduction="sum"),
             [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],

@@ -1,8 +1,10 @@
-"""Backward on arrays (no tape records the pass) equals backward on tensors, bit for bit.
+"""Backward on arrays (no tape records the pass) equals backward on tensors.
 
 When no tape is recording, ``Tape.gradient`` runs the primitives' VJPs on arrays (``xp`` is
-numpy) instead of on tensors (``xp`` is tapegrad's ops). Both must give the same numbers: the tensor path is the one ``tg.compile``
-captures and the one higher-order gradients take.
+numpy) instead of on tensors (``xp`` is tapegrad's ops). Both must give the same numbers: the
+tensor path is the one higher-order gradients take. Bit for bit, except where a VJP runs a
+compiled kernel on arrays (attention, softmax, log-softmax, layer norm: one pass per row, its
+sums in another order), which agrees with the tensor formulas to float32 rounding.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 
 import tapegrad as tg
 import tapegrad.nn.functional as F
-from tapegrad import _autodiff, nn
+from tapegrad import _autodiff, _kernels, nn
 
 
 def _grads(model, loss_fn, tensor_path: bool):
@@ -79,6 +81,8 @@ CASES = {
     "transformer": _transformer,
     "ops": lambda: (_Ops(), lambda m: m()),
 }
+# the cases whose arrays VJPs include compiled row kernels when numba is selected
+ROUNDING = {"transformer", "ops"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -87,6 +91,12 @@ def test_array_backward_equals_tensor_backward(case):
     fast = _grads(model, loss_fn, tensor_path=False)
     slow = _grads(model, loss_fn, tensor_path=True)
     assert len(fast) == len(slow) > 0
+    # float32 rounding of the largest terms (softmax's gradient cancels: small results)
+    scale = max(float(np.abs(b).max()) for b in slow)
     for a, b in zip(fast, slow, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert np.array_equal(a, b), np.abs(a - b).max()
+        if case in ROUNDING and _kernels.numba() is not None:
+            tol = 1e-5 if a.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol * scale)
+        else:
+            assert np.array_equal(a, b), np.abs(a - b).max()

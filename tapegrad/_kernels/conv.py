@@ -134,7 +134,6 @@ def col2im(cols: Any, geom: Any) -> Any:
     return out
 
 
-
 @jit()
 def _unpack(y, b, out):  # type: ignore[no-untyped-def]
     # y (O, n * HW) -> out (n, O, HW), plus b[o] when b has O entries: one contiguous run of

@@ -1,11 +1,22 @@
-"""Scaled dot-product attention (a composition of tapegrad ops)."""
+"""Scaled dot-product attention: one fused primitive, and the composition it replaces.
 
+``nn.attention`` computes ``softmax(q k^T * scale + mask) v`` over (B, H, L, D) inputs in one
+op: the scores' scale, mask and softmax are one pass per row (a compiled kernel when numba is
+selected), the two products numpy's batched matmul, and the output is written (B, L, H, D) in
+memory, so the heads merge back into (B, L, H * D) without a copy. Backward recomputes the
+probabilities from ``q`` and ``k`` (one more product) instead of keeping the (B, H, L, S) array
+from forward, and writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D) layout.
+Fused because it is measurably faster and lighter than the dozen ops of the composition (see
+docs/design.md); a fully masked row gives zeros (PyTorch's ``scaled_dot_product_attention``).
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from .. import _kernels as K
+from .._autodiff import OUT, Joint, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
@@ -15,6 +26,102 @@ from ..ops import _shape as S
 from ..ops import _softmax as SM
 from ._f_activation import dropout
 from ._f_common import float_input
+
+
+def _blhd(xp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A (B, H, L, D) view of a new C-contiguous (B, L, H, D) array."""
+    n_b, n_h, n_l, d_ = shape
+    return xp.empty((n_b, n_l, n_h, d_), dtype).transpose(0, 2, 1, 3)
+
+
+def _probs(q: Any, k: Any, mask: Any, scale: float) -> Any:
+    """``softmax(q k^T * scale + mask)`` (B, H, L, S), zero rows where all is masked."""
+    xp = xp_of(q)
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    if K.usable(s, mask):
+        from .._kernels import attention  # noqa: PLC0415
+
+        attention.softmax_rows(s, mask, scale)
+        return s
+    s *= scale
+    if mask is not None:
+        s += mask
+    m = s.max(axis=-1, keepdims=True)
+    s -= xp.where(xp.isfinite(m), m, 0)
+    xp.exp(s, out=s)
+    den = s.sum(axis=-1, keepdims=True)
+    s /= xp.where(den > 0, den, 1)
+    return s
+
+
+def _attn_fwd(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    p = _probs(q, k, mask, scale)
+    out = _blhd(xp_of(q), q.shape[:3] + v.shape[3:], p.dtype)
+    return xp_of(q).matmul(p, v, out=out)
+
+
+def _attn_grads_arrays(
+    g: Any, out: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any
+) -> tuple[Any, Any, Any, Any]:
+    xp = xp_of(q)
+    p = _probs(q, k, mask, scale)  # recomputed: forward keeps no (B, H, L, S) array
+    dv = None
+    if needs[2]:
+        dv = _blhd(xp, v.shape, p.dtype)
+        xp.matmul(xp.swapaxes(p, -1, -2), g, out=dv)
+    ds = xp.matmul(g, xp.swapaxes(v, -1, -2))  # dp, turned into the scores' gradient in place
+    dmask = xp.empty_like(ds) if needs[3] else None
+    if K.usable(p, ds, g, out):
+        from .._kernels import attention  # noqa: PLC0415
+
+        attention.score_grad_rows(p, ds, g, out, scale, dmask)
+    else:
+        ds -= (g * out).sum(axis=-1, keepdims=True)
+        ds *= p
+        if dmask is not None:
+            dmask[...] = ds
+        ds *= scale
+    dq = dk = None
+    if needs[0]:
+        dq = _blhd(xp, q.shape, p.dtype)
+        xp.matmul(ds, k, out=dq)
+    if needs[1]:
+        dk = _blhd(xp, k.shape, p.dtype)
+        xp.matmul(xp.swapaxes(ds, -1, -2), q, out=dk)
+    return dq, dk, dv, dmask
+
+
+def _attn_grads(
+    xp: Any, g: Any, ans: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any
+) -> tuple[Any, Any, Any, Any]:
+    if not xp.tensors:
+        return _attn_grads_arrays(g, ans, q, k, v, mask, scale, needs)
+    # an outer tape records backward: the same gradients from differentiable ops
+    s = L.matmul(q, S.swapaxes(k, -1, -2)) * scale
+    p = _safe_softmax(s if mask is None else s + mask)
+    dp = L.matmul(g, S.swapaxes(v, -1, -2))
+    ds = p * (dp - R.sum(g * ans, axis=-1, keepdims=True))
+    dq = L.matmul(ds, k) * scale if needs[0] else None
+    dk = L.matmul(S.swapaxes(ds, -1, -2), q) * scale if needs[1] else None
+    dv = L.matmul(S.swapaxes(p, -1, -2), g) if needs[2] else None
+    return dq, dk, dv, (ds if needs[3] else None)
+
+
+# q, k, v, mask -> the attention output (B, H, L, Dv), stored (B, L, H, Dv)
+_ATTN = defprim("nn.attention", _attn_fwd, Joint(_attn_grads), (0, 1, 2, 3, OUT))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """``softmax(q k^T * scale + mask) v`` for (B, H, L, D), (B, H, S, D), (B, H, S, Dv) of one
+    float dtype; ``mask`` is None or an additive float mask, 4-D, broadcasting to (B, H, L, S).
+    Fully masked rows give zeros. The result is a (B, H, L, Dv) view of a (B, L, H, Dv) array.
+
+    >>> import tapegrad as tg
+    >>> q = k = v = tg.ones((2, 4, 5, 8))
+    >>> attention(q, k, v, None, 0.5).shape
+    (2, 4, 5, 8)
+    """
+    return apply(_ATTN, q, k, v, mask, scale=float(scale))
 
 
 def _safe_softmax(s: Tensor) -> Tensor:
@@ -72,11 +179,13 @@ def scaled_dot_product_attention(
         v = S.repeat(v, hq // hk, axis=-3)
     n_l, n_s = q.shape[-2], k.shape[-2]
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if is_causal and attn_mask is not None:
+        raise ValueError(f"{op}: give attn_mask or is_causal=True, not both")
+    if dropout_p == 0.0 and _fusable(q, k, v, attn_mask):
+        return _fused(q, k, v, attn_mask, is_causal, sc)
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * sc  # (..., L, S)
     masked = False
     if is_causal:
-        if attn_mask is not None:
-            raise ValueError(f"{op}: give attn_mask or is_causal=True, not both")
         causal = np.tril(np.ones((n_l, n_s), dtype=bool))
         s = E.where(_wrap(xp_of(s._data).asarray(causal)), s, -math.inf)
         masked = True
@@ -98,3 +207,47 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         p = dropout(p, dropout_p, training=True)
     return L.matmul(p, v)
+
+
+def _fusable(q: Tensor, k: Tensor, v: Tensor, attn_mask: Any) -> bool:
+    """Whether ``nn.attention`` covers this call: 3-D or 4-D inputs with the same leading
+    dimensions and dtype, a mask of at most as many dimensions that broadcasts to the scores."""
+    lead = q.shape[:-2]
+    if q.ndim not in (3, 4) or k.shape[:-2] != lead or v.shape[:-2] != lead:
+        return False
+    if not (q.dtype == k.dtype == v.dtype) or q.size == 0 or k.size == 0:
+        return False
+    if attn_mask is None:
+        return True
+    shape = tuple(attn_mask.shape)
+    if len(shape) > q.ndim:
+        return False
+    try:
+        return np.broadcast_shapes(shape, lead + (q.shape[-2], k.shape[-2])) == lead + (
+            q.shape[-2],
+            k.shape[-2],
+        )
+    except ValueError:
+        return False
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, attn_mask: Any, is_causal: bool, sc: float) -> Tensor:
+    n_l, n_s = q.shape[-2], k.shape[-2]
+    xp = xp_of(q._data)
+    mask: Tensor | None = None
+    if is_causal:
+        causal = np.triu(np.full((n_l, n_s), -np.inf, dtype=q.dtype), 1)
+        mask = _wrap(xp.asarray(causal))
+    elif attn_mask is not None:
+        m = attn_mask if isinstance(attn_mask, Tensor) else _wrap(xp.asarray(attn_mask))
+        if m.dtype.kind == "b":
+            mask = _wrap(xp.where(m._data, 0.0, -np.inf).astype(q.dtype))
+        else:
+            mask = S.astype(m, q.dtype)
+    if mask is not None:
+        mask = S.reshape(mask, (1,) * (q.ndim - mask.ndim) + mask.shape)
+    if q.ndim == 3:  # one head
+        q, k, v = S.expand_dims(q, 1), S.expand_dims(k, 1), S.expand_dims(v, 1)
+        mask = None if mask is None else S.expand_dims(mask, 1)
+        return S.squeeze(attention(q, k, v, mask, sc), 1)
+    return attention(q, k, v, mask, sc)

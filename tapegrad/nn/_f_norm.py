@@ -5,7 +5,7 @@ map in one forward; one backward that recomputes the two statistics from the inp
 keeping the normalised copy). Its VJPs are written once over an ops namespace, on tensors
 (differentiable, for higher order) and on arrays (the backward pass nothing records), with the
 same numbers either way. ``batch_norm`` in training is one primitive too (``nn.batch_norm``,
-the same plan per channel; compiled kernels under it, see ``_kernels/norm.py``), and
+the same plan per channel; compiled kernels under it, see ``_kernels/batchnorm.py`` and ``_kernels/layernorm.py``), and
 ``instance_norm`` is that primitive over (1, N * C, ...). The others are compositions of
 tapegrad ops.
 """
@@ -67,6 +67,10 @@ def _ln_stats(xp: Any, x: Any, m: int, eps: float) -> tuple[Any, Any]:
 
 def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
     m = math.prod(x.shape[a] for a in axes)
+    if K.usable(x, w, b):  # one pass per row
+        from .._kernels import layernorm  # noqa: PLC0415
+
+        return layernorm.layer_norm(x, w, b, m, eps)
     y, _ = _ln_stats(ARRAYS, x, m, eps)
     if w is not None:
         y *= w.reshape(-1)
@@ -81,6 +85,11 @@ def _ln_grads(
     # backward recomputes the two statistics from the saved input (no normalised copy kept)
     m = math.prod(x.shape[a] for a in axes)
     ns = x.shape[x.ndim - len(axes) :]
+    if not xp.tensors and K.usable(g, x, w):  # one pass per row (same sums to rounding)
+        from .._kernels import layernorm  # noqa: PLC0415
+
+        gx, gw, gb = layernorm.layer_norm_grad(g, x, w, m, eps, needs)
+        return gx, None if gw is None else gw.reshape(ns), None if gb is None else gb.reshape(ns)
     xhat, rstd = _ln_stats(xp, x, m, eps)
     g2 = xp.reshape(g, (-1, m))
     gx = gw = gb = None
@@ -188,9 +197,9 @@ def _channel(v: Any, ndim: int) -> Any:
 
 def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
     if K.usable(x, w, b):
-        from .._kernels import norm  # noqa: PLC0415
+        from .._kernels import batchnorm  # noqa: PLC0415
 
-        return norm.batch_norm(x, w, b, eps)[0]
+        return batchnorm.batch_norm(x, w, b, eps)[0]
     y, _ = _bn_stats(ARRAYS, x, eps)
     if w is not None:
         y *= _channel(w, x.ndim)
@@ -203,9 +212,9 @@ def _bn_grads(
     xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, eps: float, needs: Any
 ) -> tuple[Any, Any, Any]:
     if not xp.tensors and K.usable(g, x, w):
-        from .._kernels import norm  # noqa: PLC0415
+        from .._kernels import batchnorm  # noqa: PLC0415
 
-        gx, gw, gb = norm.batch_norm_grad(g, x, w, eps, bool(needs[0]))
+        gx, gw, gb = batchnorm.batch_norm_grad(g, x, w, eps, bool(needs[0]))
         return gx, (gw if needs[1] else None), (gb if needs[2] else None)
     axes = (0,) + tuple(range(2, x.ndim))
     m = x.size // x.shape[1]
@@ -232,9 +241,9 @@ def _batch_stats(x: Any) -> tuple[Any, Any]:
     """Per-channel mean and biased variance of the array ``x`` (N, C, ...), float64 for the
     compiled kernels, x's dtype for numpy."""
     if K.usable(x):
-        from .._kernels import norm  # noqa: PLC0415
+        from .._kernels import batchnorm  # noqa: PLC0415
 
-        st = norm.channel_stats(x)
+        st = batchnorm.channel_stats(x)
         return st[0], st[1]
     axes = (0,) + tuple(range(2, x.ndim))
     mu = x.mean(axis=axes, keepdims=True)

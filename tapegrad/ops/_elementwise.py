@@ -103,9 +103,23 @@ def _relu_fwd(x: Any) -> Any:
     return np.maximum(x, 0).astype(x.dtype, copy=False)
 
 
+def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
+    # on arrays, one compiled pass without the boolean mask (less memory in backward)
+    if (
+        not xp.tensors
+        and K.usable(g, ans)
+        and g.shape == ans.shape
+        and g.flags.c_contiguous
+        and ans.flags.c_contiguous
+    ):
+        from .._kernels import activation  # noqa: PLC0415
+
+        return activation.relu_grad(g, ans)
+    return g * (ans > 0)
+
+
 relu = _unary(
-    "relu", _relu_fwd,
-    lambda xp, g, ans, x: g * (ans > 0), (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
+    "relu", _relu_fwd, _relu_vjp, (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
 )  # fmt: skip
 erf = _unary(
     "erf", _floatin(_special.erf), lambda xp, g, ans, x: g * _TWO_OVER_SQRT_PI * xp.exp(-(x * x)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._tensor import Tensor
@@ -16,7 +17,16 @@ from ._common import as_tensor, check_axis
 from ._reduce import _max_shift_fwd
 
 
+def _last(x: Any, axis: int) -> bool:
+    """Whether the compiled row kernels cover this call (the last axis, numpy float arrays)."""
+    return axis in (-1, x.ndim - 1) and x.size > 0 and K.usable(x)
+
+
 def _softmax_fwd(x: Any, axis: int) -> Any:
+    if _last(x, axis):  # one pass per row
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.softmax(x, log=False)
     e = np.subtract(x, _max_shift_fwd(x, axis))
     np.exp(e, out=e)
     e /= np.sum(e, axis=axis, keepdims=True)
@@ -26,22 +36,34 @@ def _softmax_fwd(x: Any, axis: int) -> Any:
 def _log_softmax_fwd(x: Any, axis: int) -> Any:
     if x.size == 0:  # an empty result (without numpy's warning for the log of an empty sum)
         return x.copy()
+    if _last(x, axis):
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.softmax(x, log=True)
     z = x - _max_shift_fwd(x, axis)
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
-_SOFTMAX = defprim(
-    "softmax",
-    _softmax_fwd,
-    lambda xp, g, ans, x, axis: ans * (g - xp.sum(g * ans, axis=axis, keepdims=True)),
-    (OUT,),
-)
-_LOG_SOFTMAX = defprim(
-    "log_softmax",
-    _log_softmax_fwd,
-    lambda xp, g, ans, x, axis: g - xp.exp(ans) * xp.sum(g, axis=axis, keepdims=True),
-    (OUT,),
-)
+def _softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    if not xp.tensors and _last(ans, axis) and K.usable(g, ans):
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.softmax_grad(g, ans, log=False)
+    return ans * (g - xp.sum(g * ans, axis=axis, keepdims=True))
+
+
+def _log_softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    if not xp.tensors and _last(ans, axis) and K.usable(g, ans):
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.softmax_grad(g, ans, log=True)
+    return g - xp.exp(ans) * xp.sum(g, axis=axis, keepdims=True)
+
+
+# compiled row kernels on arrays along the last axis (one pass per row forward and backward,
+# against numpy's five broadcast passes); the formulas above otherwise and on Tensors
+_SOFTMAX = defprim("softmax", _softmax_fwd, _softmax_vjp, (OUT,))
+_LOG_SOFTMAX = defprim("log_softmax", _log_softmax_fwd, _log_softmax_vjp, (OUT,))
 
 
 def _float(x: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ from ..._tensor import Parameter, Tensor, _wrap
 from ...ops import concat, softmax
 from .. import functional as F
 from .. import init
+from .._f_attention import attention
 from .._module import Module
 from ._utils import new_param
 from .linear import Linear
@@ -238,24 +239,30 @@ class MultiheadAttention(Module):
             v = concat([v, z], axis=2)
             mask, kpm = _pad_last(mask), _pad_last(kpm)
 
-        scores = (q * (1.0 / math.sqrt(D))) @ k.swapaxes(-1, -2)  # (N, H, L, S)
         if mask is not None and kpm is not None:
             mask = mask + kpm  # usually constants: one add on the tape, not two
         elif mask is None:
             mask = kpm
-        if mask is not None:
-            scores = scores + mask
-        weights = softmax(scores, axis=-1)
         p = self.dropout if self.training else 0.0
-        if p > 0:
-            weights = F.dropout(weights, p, training=True)  # returned dropped, as PyTorch
-        out = (weights @ v).permute_dims((0, 2, 1, 3)).reshape(N, L, E)  # (N, L, E)
+        if not need_weights and p == 0 and q.dtype == k.dtype == v.dtype:
+            # one fused op; its output is stored (N, L, H, D), so the merge below is a view
+            heads = attention(q, k, v, mask, 1.0 / math.sqrt(D))
+            weights = None
+        else:
+            scores = (q * (1.0 / math.sqrt(D))) @ k.swapaxes(-1, -2)  # (N, H, L, S)
+            if mask is not None:
+                scores = scores + mask
+            weights = softmax(scores, axis=-1)
+            if p > 0:
+                weights = F.dropout(weights, p, training=True)  # returned dropped, as PyTorch
+            heads = weights @ v
+        out = heads.permute_dims((0, 2, 1, 3)).reshape(N, L, E)  # (N, L, E)
         out = self.out_proj(out)
         if not batched:
             out = out[0]
         elif not self.batch_first:
             out = out.swapaxes(0, 1)
-        if not need_weights:
+        if weights is None or not need_weights:
             return out, None
         w = weights.mean(axis=1) if average_attn_weights else weights
         return out, (w if batched else w[0])

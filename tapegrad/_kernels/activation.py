@@ -1,0 +1,34 @@
+"""Activation gradients (numba): one pass, no boolean mask.
+
+``relu_grad``: numpy's ``g * (y > 0)`` builds a boolean mask (one byte per element) and then a
+product that promotes it; here one loop reads ``g`` and the saved output and writes the
+gradient, the same values (``g * 0`` where the output is not positive, so a NaN gradient stays
+NaN as in the reference). Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np
+from . import jit
+
+U = np.uint64
+
+
+@jit()
+def _relu_grad(g, y, out):  # type: ignore[no-untyped-def]
+    gf = g.reshape(-1)
+    yf = y.reshape(-1)
+    of = out.reshape(-1)
+    zero = of.dtype.type(0)
+    one = of.dtype.type(1)
+    for k in range(U(of.size)):
+        of[k] = gf[k] * (one if yf[k] > zero else zero)
+
+
+def relu_grad(g: Any, y: Any) -> Any:
+    """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
+    out = np.empty_like(g)
+    _relu_grad(g, y, out)
+    return out

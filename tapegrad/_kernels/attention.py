@@ -1,0 +1,107 @@
+"""The row passes of scaled dot-product attention (numba); the products stay numpy's matmul.
+
+``softmax_rows`` turns the raw scores ``q k^T`` (B, H, L, S) into probabilities in place:
+scale, additive mask, max, ``exp``, sum and division in one pass per row, where numpy makes
+a pass over the whole score array for each. ``score_grad_rows`` turns ``dp = g v^T`` into the
+scores' gradient ``p * (dp - g_i . out_i) * scale`` in place, reading ``g`` and the output
+row by row (both (B, H, L, Dv) views of any strides). A row whose scores are all ``-inf``
+(fully masked) gives zeros. The mask is a contiguous 4-D array whose axes of length 1
+broadcast (stride 0). A kernel doing the products here as well, one (batch, head) block at
+a time in cache, was measured slower than numpy's batched matmul (OpenBLAS) plus these row
+passes: forward 3x slower at (128, 4, 10, 16) and 11x at (16, 4, 64, 32) (numba does not keep
+a register tile of the product; its loops run at a fifth of a BLAS kernel's rate). Serial
+loops. Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np
+from . import jit
+from .softmax import fexp, row_max, row_sum
+
+U = np.uint64
+
+
+@jit()
+def _softmax_rows(s, mf, ms, scale):  # type: ignore[no-untyped-def]
+    n_b, n_h, n_l, n_s = s.shape
+    sf = s.reshape(-1)
+    dt = sf.dtype
+    zero = dt.type(0)
+    for b in range(n_b):
+        for h in range(n_h):
+            for i in range(n_l):
+                r = ((b * n_h + h) * n_l + i) * n_s
+                row = sf[r : r + n_s]  # signed bounds: unsigned ones made this 5x slower
+                if mf is not None:
+                    mb = b * ms[0] + h * ms[1] + i * ms[2]
+                    if ms[3] == 1:
+                        mrow = mf[mb : mb + n_s]
+                        for j in range(U(n_s)):
+                            row[j] = row[j] * scale + mrow[j]
+                    else:
+                        mv = mf[mb]
+                        for j in range(U(n_s)):
+                            row[j] = row[j] * scale + mv
+                else:
+                    for j in range(U(n_s)):
+                        row[j] *= scale
+                m = row_max(row)
+                if not np.isfinite(m):
+                    m = zero
+                for j in range(U(n_s)):
+                    row[j] = fexp(row[j] - m)
+                tot = row_sum(row)
+                inv = dt.type(1) / tot if tot > zero else zero  # fully masked: zeros
+                for j in range(U(n_s)):
+                    row[j] *= inv
+
+
+@jit()
+def _score_grad_rows(p, dp, g, out, scale, dmask):  # type: ignore[no-untyped-def]
+    n_b, n_h, n_l, n_s = p.shape
+    dv = g.shape[3]
+    pf = p.reshape(-1)
+    df = dp.reshape(-1)
+    for b in range(n_b):
+        for h in range(n_h):
+            for i in range(n_l):
+                c = pf.dtype.type(0)
+                for d in range(dv):
+                    c += g[b, h, i, d] * out[b, h, i, d]
+                r = ((b * n_h + h) * n_l + i) * n_s
+                prow = pf[r : r + n_s]
+                drow = df[r : r + n_s]
+                for j in range(U(n_s)):
+                    drow[j] = prow[j] * (drow[j] - c)
+                if dmask is not None:
+                    mrow = dmask.reshape(-1)[r : r + n_s]
+                    for j in range(U(n_s)):
+                        mrow[j] = drow[j]
+                for j in range(U(n_s)):
+                    drow[j] *= scale
+
+
+def mask_strides(mask: Any) -> tuple[Any, Any]:
+    """A 4-D mask as a flat contiguous array and its element strides (0 where it broadcasts)."""
+    m = np.ascontiguousarray(mask)
+    st = [0 if m.shape[a] == 1 else m.strides[a] // m.itemsize for a in range(4)]
+    return m.reshape(-1), np.array(st, dtype=np.int64)
+
+
+def softmax_rows(s: Any, mask: Any, scale: float) -> None:
+    """``s = softmax(s * scale + mask)`` in place over the last axis of (B, H, L, S) ``s``;
+    ``mask`` is None or 4-D and broadcasts to ``s``."""
+    if mask is None:
+        _softmax_rows(s, None, None, s.dtype.type(scale))
+    else:
+        mf, ms = mask_strides(mask)
+        _softmax_rows(s, mf, ms, s.dtype.type(scale))
+
+
+def score_grad_rows(p: Any, dp: Any, g: Any, out: Any, scale: float, dmask: Any) -> None:
+    """``dp = p * (dp - sum(g * out, -1)) * scale`` in place; ``dmask`` (when given) gets the
+    same before the scale (the gradient of an additive mask)."""
+    _score_grad_rows(p, dp, g, out, p.dtype.type(scale), dmask)

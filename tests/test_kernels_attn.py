@@ -1,0 +1,415 @@
+"""Compiled kernels of the transformer's ops against their numpy references and PyTorch.
+
+The fused attention (``nn.attention``), softmax and log-softmax along the last axis, layer norm
+and ReLU's gradient each have a numba kernel beside the numpy code they replace (the reference,
+selected by ``TAPEGRAD_KERNELS=numpy`` or here by turning ``usable`` off). Kernels agree with the
+reference to float32 rounding (float64: to 1e-12), forward and backward, on masked,
+non-contiguous, batch-1 and odd-length inputs; the public functions agree with PyTorch in
+float32 and float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tapegrad as tg
+import tapegrad.nn.functional as F
+from tapegrad import _kernels, nn
+from tapegrad._autodiff import ARRAYS
+from tapegrad.nn import _f_attention as A
+from tapegrad.nn import _f_norm as N
+from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _softmax as SM
+
+numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
+
+TOL = {np.float32: (2e-5, 2e-6), np.float64: (1e-12, 1e-13)}  # rtol, atol
+
+
+def _reference(monkeypatch, fn, *args, **kw):
+    """``fn(*args, **kw)`` with the numpy code (the kernels' reference)."""
+    with monkeypatch.context() as m:
+        m.setattr(_kernels, "usable", lambda *a: False)
+        return fn(*args, **kw)
+
+
+def _close(a, b, dtype, scale=1.0):
+    rtol, atol = TOL[dtype]
+    assert a.dtype == b.dtype == dtype and a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol * scale)
+
+
+def _noncontig(rng, shape, dtype):
+    """A (B, H, L, D) view of a (B, L, H, D) array, as the transformer passes them."""
+    b, h, n, d = shape
+    return rng.standard_normal((b, n, h, d)).astype(dtype).transpose(0, 2, 1, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# the float32 exp and the row reductions
+# --------------------------------------------------------------------------------------------
+
+
+@numba_only
+def test_float32_exp_is_within_two_ulp_and_keeps_nan_and_limits():
+    from tapegrad._kernels import softmax as KS
+
+    x = np.concatenate(
+        [np.linspace(-87.0, 0.0, 200001), np.linspace(0, 80, 1001), [-np.inf, -100.0, np.nan]]
+    ).astype(np.float32)
+    s = x.copy()
+    KS.exp_row(s, np.float32(0.0))
+    exact = np.exp(x[:-3].astype(np.float64))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(s[:-3] - exact) / ulp) <= 2.0
+    assert s[-3] == 0.0 and s[-2] == 0.0 and np.isnan(s[-1])
+
+
+@numba_only
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 64, 130])
+def test_row_max_and_sum(n):
+    from tapegrad._kernels import softmax as KS
+
+    a = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    assert KS.row_max(a) == (a.max() if n else -np.inf)
+    np.testing.assert_allclose(KS.row_sum(a), a.sum(dtype=np.float64), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# nn.attention: kernel against the numpy reference
+# --------------------------------------------------------------------------------------------
+
+
+def _mask(rng, kind, b, h, n_l, n_s, dtype):
+    if kind is None:
+        return None
+    if kind == "padding":  # (B, 1, 1, S), batch 0 fully masked
+        m = np.where(rng.random((b, 1, 1, n_s)) < 0.3, -np.inf, 0.0)
+        m[0] = -np.inf
+    elif kind == "causal":  # (1, 1, L, S)
+        m = np.triu(np.full((n_l, n_s), -np.inf), 1)[None, None]
+    elif kind == "float":  # (B, H, L, S), finite
+        m = rng.standard_normal((b, h, n_l, n_s))
+    else:  # one column per row: (B, H, L, 1)
+        m = rng.standard_normal((b, h, n_l, 1))
+    return m.astype(dtype)
+
+
+ATTN_SHAPES = [(2, 3, 5, 7, 4, 6), (1, 1, 1, 1, 3, 3), (3, 2, 10, 10, 16, 16), (2, 4, 9, 17, 8, 5)]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", ATTN_SHAPES)
+@pytest.mark.parametrize("mask", [None, "padding", "causal", "float", "column"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_kernels_equal_the_numpy_reference(monkeypatch, shape, mask, dtype):
+    b, h, n_l, n_s, d, dv = shape
+    rng = np.random.default_rng(sum(shape))
+    q = _noncontig(rng, (b, h, n_l, d), dtype)
+    k = _noncontig(rng, (b, h, n_s, d), dtype)
+    v = rng.standard_normal((b, h, n_s, dv)).astype(dtype)
+    m = _mask(rng, mask, b, h, n_l, n_s, dtype)
+    out = A._attn_fwd(q, k, v, m, 0.37)
+    ref = _reference(monkeypatch, A._attn_fwd, q, k, v, m, 0.37)
+    _close(out, ref, dtype)
+    assert out.transpose(0, 2, 1, 3).flags.c_contiguous  # stored (B, L, H, Dv)
+    g = rng.standard_normal(out.shape).astype(dtype)
+    needs = (True, True, True, m is not None)
+    got = A._attn_grads_arrays(g, out, q, k, v, m, 0.37, needs)
+    want = _reference(monkeypatch, A._attn_grads_arrays, g, ref, q, k, v, m, 0.37, needs)
+    for a, r in zip(got, want, strict=True):
+        if r is None:
+            assert a is None
+        else:
+            _close(a, r, dtype, scale=10.0)
+    if mask == "padding":  # a fully masked row: zero output and no gradient
+        assert not out[0].any() and not got[0][0].any()
+
+
+# --------------------------------------------------------------------------------------------
+# softmax, log_softmax, layer norm, relu: kernel against the numpy reference
+# --------------------------------------------------------------------------------------------
+
+ROWS = [(1, 1), (3, 7), (4, 64), (2, 3, 130), (5, 9)]
+
+
+def _rows(rng, shape, dtype, special):
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    if special:
+        x[0] = -np.inf  # a fully masked row
+        if x.shape[-1] > 2:
+            x[-1, ..., 1] = np.inf
+            x[-1, ..., 0] = np.nan if x.ndim == 2 else x[-1, ..., 0]
+    return x
+
+
+@numba_only
+@pytest.mark.parametrize("shape", ROWS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype, log):
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    fwd = SM._log_softmax_fwd if log else SM._softmax_fwd
+    vjp = SM._log_softmax_vjp if log else SM._softmax_vjp
+    for x in (_rows(rng, shape, dtype, False) + 1e4, _rows(rng, shape, dtype, True)):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = fwd(x, -1)
+            ref = _reference(monkeypatch, fwd, x, -1)
+            np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+            ok = np.isfinite(ref)
+            _close(np.where(ok, y, 0), np.where(ok, ref, 0), dtype)
+            g = rng.standard_normal(shape).astype(dtype)
+            yy = np.where(ok, ref, -np.inf if log else 0).astype(dtype)
+            rows_ok = ok.all(axis=-1, keepdims=True)
+            dx = np.where(rows_ok, vjp(ARRAYS, g, yy, None, -1), 0)
+            dref = np.where(rows_ok, _reference(monkeypatch, vjp, ARRAYS, g, yy, None, -1), 0)
+        _close(dx, dref, dtype, scale=10.0)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_kernel_reads_non_contiguous_rows(monkeypatch, dtype):
+    x = np.random.default_rng(3).standard_normal((6, 5, 4)).astype(dtype).transpose(2, 0, 1)
+    _close(SM._softmax_fwd(x, -1), _reference(monkeypatch, SM._softmax_fwd, x, -1), dtype)
+    # another axis than the last takes the numpy code
+    _close(SM._softmax_fwd(x, 1), _reference(monkeypatch, SM._softmax_fwd, x, 1), dtype)
+
+
+LN_CASES = [((4, 16), (1,)), ((2, 3, 128), (2,)), ((1, 1, 5), (2,)), ((3, 4, 6), (1, 2))]
+
+
+@numba_only
+@pytest.mark.parametrize("shape,axes", LN_CASES)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, axes, affine, dtype):
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 4 + 3).astype(dtype)
+    x = np.asfortranarray(x) if affine == "weight" else x  # a non-contiguous input too
+    ns = tuple(shape[a] for a in axes)
+    w = rng.standard_normal(ns).astype(dtype) if affine != "none" else None
+    b = rng.standard_normal(ns).astype(dtype) if affine == "both" else None
+    y = N._ln_fwd(x, w, b, axes, 1e-5)
+    _close(y, _reference(monkeypatch, N._ln_fwd, x, w, b, axes, 1e-5), dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    for needs in ((True, w is not None, b is not None), (False, w is not None, False)):
+        got = N._ln_grads(ARRAYS, g, y, x, w, b, axes=axes, eps=1e-5, needs=needs)
+        want = _reference(
+            monkeypatch, N._ln_grads, ARRAYS, g, y, x, w, b, axes=axes, eps=1e-5, needs=needs
+        )
+        for a, r in zip(got, want, strict=True):
+            if r is None:
+                assert a is None
+            else:
+                _close(a, r, dtype, scale=10.0)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_grad_kernel_equals_the_reference_without_a_mask(monkeypatch, dtype):
+    rng = np.random.default_rng(5)
+    y = np.maximum(rng.standard_normal((64, 130)), 0).astype(dtype)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    g[0, :3] = [np.nan, np.inf, -np.inf]
+    y[0, :3] = 0.0
+    dx = E._relu_vjp(ARRAYS, g, y, None)
+    with np.errstate(invalid="ignore"):  # inf * 0 in the reference
+        ref = _reference(monkeypatch, E._relu_vjp, ARRAYS, g, y, None)
+    assert dx.dtype == dtype
+    np.testing.assert_array_equal(dx, ref)
+
+
+# --------------------------------------------------------------------------------------------
+# the public functions against PyTorch, float32 and float64
+# --------------------------------------------------------------------------------------------
+
+
+def _grads_of(fn, arrays, g):
+    ts = [tg.tensor(a) for a in arrays]
+    with tg.Tape() as tape:
+        tape.watch(*ts)
+        y = fn(*ts)
+    return y.numpy(), [a.numpy() for a in tape.gradient(y, ts, output_gradients=tg.tensor(g))]
+
+
+def _torch_grads_of(fn, arrays, g):
+    ts = [torch.tensor(np.ascontiguousarray(a), requires_grad=True) for a in arrays]
+    y = fn(*ts)
+    y.backward(torch.tensor(g))
+    return y.detach().numpy(), [t.grad.numpy() for t in ts]
+
+
+def _against_torch(fn, tfn, arrays, dtype, seed=0):
+    ty = tfn(*[torch.tensor(np.ascontiguousarray(a)) for a in arrays]).numpy()
+    g = np.random.default_rng(seed).standard_normal(ty.shape).astype(dtype)
+    y, gs = _grads_of(fn, arrays, g)
+    ty, tgs = _torch_grads_of(tfn, arrays, g)
+    tol = {np.float32: (2e-5, 2e-5), np.float64: (1e-10, 1e-10)}[dtype]
+    np.testing.assert_allclose(y, ty, rtol=tol[0], atol=tol[1])
+    for a, b in zip(gs, tgs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol[0], atol=tol[1])
+
+
+SDPA_MASKS = [None, "bool", "float", "causal"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mask", SDPA_MASKS)
+@pytest.mark.parametrize("shape", [(1, 1, 3, 4, 5), (2, 3, 6, 6, 8)])
+def test_sdpa_matches_torch(dtype, mask, shape):
+    b, h, n_l, n_s, d = shape
+    rng = np.random.default_rng(11)
+    q = _noncontig(rng, (b, h, n_l, d), dtype)
+    k, v = _noncontig(rng, (b, h, n_s, d), dtype), _noncontig(rng, (b, h, n_s, d), dtype)
+    kw_tg: dict = {}
+    kw_t: dict = {}
+    if mask == "bool":
+        m = rng.random((n_l, n_s)) > 0.3
+        m[:, 0] = True  # PyTorch's backward is NaN on a fully masked row
+        kw_tg["attn_mask"], kw_t["attn_mask"] = tg.tensor(m), torch.tensor(m)
+    elif mask == "float":
+        m = rng.standard_normal((b, 1, n_l, n_s)).astype(dtype)
+        kw_tg["attn_mask"], kw_t["attn_mask"] = tg.tensor(m), torch.tensor(m)
+    elif mask == "causal":
+        kw_tg["is_causal"] = kw_t["is_causal"] = True
+    _against_torch(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kw_tg),
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw_t),
+        [q, k, v],
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdpa_three_dimensional_and_float_mask_gradient_match_torch(dtype):
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal((2, 5, 4)).astype(dtype) for _ in range(3))
+    m = rng.standard_normal((5, 5)).astype(dtype)
+    _against_torch(
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        lambda q, k, v, m: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        [q, k, v, m],
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_encoder_layer_with_padding_matches_torch(dtype, batch):
+    """The transformer layer (fused attention, layer norm, ReLU) against PyTorch's, float32
+    and float64, with a key padding mask and a causal mask."""
+    torch_dtype = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
+    tg.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=24, dropout=0.0, batch_first=True)
+    layer = layer.to(dtype=dtype)
+    tl = torch.nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, batch_first=True)
+    tl = tl.to(torch_dtype)
+    tl.load_state_dict({k: torch.tensor(v.numpy()) for k, v in layer.state_dict().items()})
+    layer.load_state_dict({k: v.detach().numpy().astype(dtype) for k, v in tl.state_dict().items()})
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((batch, 7, 16)).astype(dtype)
+    pad = np.zeros((batch, 7), bool)
+    pad[-1, 5:] = True
+    causal = np.triu(np.ones((7, 7), bool), 1)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = layer(xt, src_mask=tg.tensor(causal), src_key_padding_mask=tg.tensor(pad))
+    grads = tape.gradient(y, [xt, *layer.parameters()], output_gradients=tg.tensor(g))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = tl(tx, src_mask=torch.tensor(causal), src_key_padding_mask=torch.tensor(pad))
+    ty.backward(torch.tensor(g))
+    tol = {np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-11)}[dtype]
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=tol[0], atol=tol[1])
+    want = [tx.grad] + [p.grad for p in tl.parameters()]
+    names = ["x"] + [n for n, _ in tl.named_parameters()]
+    assert len(grads) == len(want)
+    for name, a, b in zip(names, grads, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol[0], atol=tol[1], err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 8), (3, 5, 64)])
+def test_softmax_log_softmax_layer_norm_match_torch(dtype, shape):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape[::-1]).astype(dtype).T  # not contiguous
+    tf = torch.nn.functional
+    _against_torch(lambda x: F.softmax(x, dim=-1), lambda x: tf.softmax(x, dim=-1), [x], dtype)
+    _against_torch(
+        lambda x: F.log_softmax(x, dim=-1), lambda x: tf.log_softmax(x, dim=-1), [x], dtype
+    )
+    n = shape[-1]
+    w, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    _against_torch(
+        lambda x, w, b: F.layer_norm(x, (n,), w, b),
+        lambda x, w, b: tf.layer_norm(x, (n,), w, b),
+        [x, w, b],
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_probability_targets_match_torch(dtype, smoothing):
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((6, 5)).astype(dtype)
+    t = rng.random((6, 5)).astype(dtype)
+    t /= t.sum(axis=1, keepdims=True)
+    w = rng.random(5).astype(dtype) + 0.5
+    tf = torch.nn.functional
+
+    def ours(x):
+        return F.cross_entropy(x, tg.tensor(t), weight=tg.tensor(w), label_smoothing=smoothing)
+
+    def theirs(x):
+        return tf.cross_entropy(
+            x, torch.tensor(t), weight=torch.tensor(w), label_smoothing=smoothing
+        )
+
+    _against_torch(ours, theirs, [x], dtype)
+    labels = np.array([0, 4, -100, 2, 2, 1])
+
+    def ours_idx(x):
+        return F.cross_entropy(
+            x, tg.tensor(labels), weight=tg.tensor(w), ignore_index=-100, label_smoothing=smoothing
+        )
+
+    def theirs_idx(x):
+        return tf.cross_entropy(
+            x, torch.tensor(labels), weight=torch.tensor(w), ignore_index=-100,
+            label_smoothing=smoothing,
+        )  # fmt: skip
+
+    _against_torch(ours_idx, theirs_idx, [x], dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(40, 3), (7, 2, 5), (1, 4)])
+def test_scatter_add_kernel_equals_the_sorted_reference(monkeypatch, dtype, shape):
+    from tapegrad.nn import _f_common as C
+
+    rng = np.random.default_rng(6)
+    g = rng.standard_normal(shape).astype(dtype)
+    idx = rng.integers(0, 5, shape[0])
+    got = C._segment_rows(g, idx, 6, False)
+    want = _reference(monkeypatch, C._segment_rows, g, idx, 6, False)
+    _close(got, want, dtype)
+    assert not got[5].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_embedding_with_padding_matches_torch(dtype):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((9, 4)).astype(dtype)
+    ids = rng.integers(0, 9, (3, 6))
+    ids[0, :3] = 2
+    _against_torch(
+        lambda w: F.embedding(tg.tensor(ids), w, padding_idx=2),
+        lambda w: torch.nn.functional.embedding(torch.tensor(ids), w, padding_idx=2),
+        [w],
+        dtype,
+    )
