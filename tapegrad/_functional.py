@@ -116,7 +116,8 @@ def value_and_grad(
             )
         # one backward pass for every differentiated argument
         flat = [t for _, ts in wrt for t in ts]
-        results, leaves, facts = tape._run(target_seeds(tape, value, None, strict=False), flat)
+        seeds = target_seeds(tape, value, None, strict=False)
+        results, leaves, facts = tape._run(seeds, flat, near=[value])
         grads = [
             result(ts[0] if m is None else m, ts, m is not None, results, leaves, facts, None)
             for m, ts in wrt

@@ -45,8 +45,9 @@ def test_a_vjp_receives_only_what_its_primitive_saves(save, want, on_tensors):
         z = tg.apply(prim, x, y)
     node = tape.nodes[0]
     assert (node.ans is not None, *(a is not None for a in (node.args or (None, None)))) == want
-    if on_tensors:  # an outer tape records the backward pass: the VJPs get the Tensors
-        with tg.Tape():
+    if on_tensors:  # an outer tape that holds x records the backward pass: VJPs get Tensors
+        with tg.Tape() as outer:
+            outer.watch(x)
             tape.gradient(z, [x, y], output_gradients=np.ones(3))
         z_, x_, y_ = z, x, y
     else:  # nothing records it: the VJPs get the arrays
@@ -162,3 +163,39 @@ def test_persistent_tape_keeps_saved_arrays_until_release():
     assert m["after"] >= m["fwd_now"] - 2 * ACT
     # release() drops every saved activation
     assert m["after"] - m["released"] > (LAYERS - 2) * ACT
+
+
+def test_an_open_tape_that_holds_nothing_of_another_does_not_record_its_backward():
+    """A GAN step: the generator's tape is open while the discriminator's tape computes its
+    gradient. The generator's tape holds neither the target nor a leaf of that pass, so it
+    cannot differentiate it: the pass runs on arrays and the generator's tape gains nothing."""
+    rng = np.random.default_rng(0)
+    g_w = tg.Parameter(tg.tensor(rng.standard_normal((4, 4))))
+    d_w = tg.Parameter(tg.tensor(rng.standard_normal((4, 1))))
+    noise, real = tg.tensor(rng.standard_normal((8, 4))), tg.tensor(rng.standard_normal((8, 4)))
+    with tg.Tape(watch_parameters=False) as tape_g:
+        tape_g.watch(g_w)
+        fake = tg.tanh(noise @ g_w)
+        held = tape_g.bytes_held()
+        nodes = len(tape_g.nodes)
+        with tg.Tape(watch_parameters=False) as tape_d:
+            tape_d.watch(d_w)
+            loss_d = ((real @ d_w) ** 2).mean() + ((fake.detach() @ d_w) ** 2).mean()
+        grad_d = tape_d.gradient(loss_d, d_w)
+        assert len(tape_g.nodes) == nodes and tape_g.bytes_held() == held
+    want = 2 * (real.numpy().T @ (real.numpy() @ d_w.numpy())) / 8 + 2 * (
+        fake.numpy().T @ (fake.numpy() @ d_w.numpy())
+    ) / 8
+    np.testing.assert_allclose(grad_d.numpy(), want, rtol=1e-12)
+
+
+def test_an_open_tape_that_holds_the_target_records_the_backward_pass():
+    x = tg.tensor(np.array([1.0, 2.0]))
+    with tg.Tape() as outer:
+        outer.watch(x)
+        with tg.Tape() as inner:
+            inner.watch(x)
+            y = (x**3).sum()
+        (g,) = inner.gradient(y, [x])  # 3 x^2, recorded on outer (it holds y and x)
+        s = g.sum()
+    np.testing.assert_allclose(outer.gradient(s, x).numpy(), [6.0, 12.0])

@@ -28,13 +28,8 @@ class ArrayNamespace:
     data = const = staticmethod(lambda x: x)  # arrays are their own data and constants
     is_operand = staticmethod(is_array)
 
-    @staticmethod
-    def concat(xs: Any, axis: int = 0) -> Any:
-        return np.concatenate(xs, axis=axis)
-
-    @staticmethod
-    def permute_dims(x: Any, axes: Any) -> Any:
-        return np.transpose(x, axes)
+    concat = staticmethod(lambda xs, axis=0: np.concatenate(xs, axis=axis))
+    permute_dims = staticmethod(np.transpose)
 
 
 ARRAYS = ArrayNamespace()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -193,7 +194,9 @@ class Tape:
         src_list, module_req = source_list(sources, into)
         check = self.detect_anomaly and self._anomaly is None  # outside the `with` block
         with anomaly_mode() if check else contextlib.nullcontext():
-            results, leaves, facts = self._run(seeds, src_list, not module_req, on_ready)
+            near = [t for x in (target, output_gradients)  # what an outer tape might hold
+                    for t in (x if isinstance(x, (list, tuple)) else [x]) if isinstance(t, Tensor)]
+            results, leaves, facts = self._run(seeds, src_list, not module_req, on_ready, near)
         return result(sources, src_list, module_req, results, leaves, facts, into)
 
     def _run(
@@ -202,6 +205,7 @@ class Tape:
         src_list: list[Tensor] | None,
         check: bool = False,
         on_ready: Callable[[Tensor, Any], None] | None = None,
+        near: Any = (),
     ) -> tuple[dict[int, Tensor], dict[int, Tensor], TapeFacts]:
         """The reverse walk from ``seeds``: ``{tid: gradient}`` for the leaves (and non-leaf
         sources) reached, the leaves, and facts for the missing ones. With ``check``, tensor
@@ -222,8 +226,12 @@ class Tape:
         free = not self.persistent
         was_recording = self._recording
         set_recording(self, False)  # backward ops are never recorded on the tape they walk
-        # While no other tape records, nothing can differentiate this pass: run it on arrays.
-        tensors = is_recording()
+        # Another tape recording now can differentiate this pass (higher order) only if it
+        # holds a target, an output gradient or a leaf of this one: then it runs on Tensors.
+        me = threading.get_ident()
+        tensors = is_recording() and any(
+            tp._recording and tp._owner == me for t in (*near, *leaves.values()) for tp in t._tapes
+        )
         try:
             if not tensors:
                 seeds = {tid: g._data for tid, g in seeds.items()}
