@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _autodiff
+from . import _autodiff, _fuse
 from ._autodiff import Tape
 from ._backend import np
 from ._creation import Generator
@@ -97,10 +97,10 @@ class _Update:
 
     __slots__ = ("fwd", "name", "opt")
 
-    def __init__(self, opt: Any) -> None:
+    def __init__(self, opt: Any, fwd: Any = None, name: str = "update_one") -> None:
         self.opt = opt
-        self.fwd = opt.update_one
-        self.name = f"{type(opt).__name__}.update_one"
+        self.fwd = opt.update_one if fwd is None else fwd  # or a compiled loop (_fuse.update)
+        self.name = f"{type(opt).__name__}.{name}"
 
 
 class _Ref:
@@ -325,6 +325,17 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         return _same(va._data, vb._data)
 
     # -- code generation ----------------------------------------------------------------------
+    def fuse(self, inputs: list[Any]) -> None:
+        """Elementwise chains become compiled loops, and SGD's and Adam's updates too: each
+        update instruction is replaced, in place and with its operands, by one that runs the
+        optimizer's arithmetic as a loop for that parameter (``tapegrad._fuse``)."""
+        _fuse.fuse(self, inputs)
+        for i, (prim, args, kw, o) in enumerate(self.instrs):
+            if isinstance(prim, _Update) and prim.fwd == prim.opt.update_one:
+                loop = _fuse.update(prim.opt)
+                if loop is not None:
+                    self.instrs[i] = (_Update(prim.opt, loop, "update (fused)"), args, kw, o)
+
     def build(self, first: _Program) -> Callable[..., Any]:
         """Generate ``run(inputs) -> output arrays`` as straight-line code.
 
@@ -553,6 +564,11 @@ class CompiledStep:
         return self._latest
 
     @property
+    def fused_kernels(self) -> int:
+        """How many fused elementwise loops the most recent compiled program runs (0 unfused)."""
+        return self.source.count("  # fused[")
+
+    @property
     def _sources(self) -> dict[Any, str]:
         return {(k, e.modes): e.source for k, es in self._programs.items() for e in es if e.source}
 
@@ -574,6 +590,7 @@ class CompiledStep:
         first, entry.prog = entry.prog, None
         diff = first.difference(prog)
         if diff is None:
+            prog.fuse([t._data for t in inputs])  # elementwise chains -> compiled loops
             entry.run, entry.tree = prog.build(first), prog.outputs
             entry.source = self._latest = prog.source
             return result
