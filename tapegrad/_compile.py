@@ -575,7 +575,8 @@ class CompiledStep:
     def __call__(self, *batch: Any) -> Any:
         inputs = [as_tensor(b) for b in batch]
         # one program per input signature and per train/eval state of the modules called
-        key = tuple((t.shape, t.dtype.str) for t in inputs)
+        # (C order too: fused loops read an input as a flat array)
+        key = tuple((t.shape, t.dtype.str, t._data.flags.c_contiguous) for t in inputs)
         entries = self._programs.setdefault(key, [])
         entry = next((e for e in entries if e.matches()), None)
         if entry is not None and entry.run is not None:

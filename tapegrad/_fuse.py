@@ -757,11 +757,11 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
     if sgd is None:
         return None
     loops = _LOOPS[kind]
-    state = opt.state
     seen: list[Any] = [None, None]  # the arrays last checked, the loop they take (or None)
 
     def fwd(p: Any, g: Any, group: dict[str, Any]) -> None:
         a = p._data
+        state = opt.state  # read each time: loading a state dict may replace it
         st = state.get(p)
         if st is None:
             st = state[p] = opt.init_single(a, group)

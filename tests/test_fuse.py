@@ -305,3 +305,114 @@ def test_a_loop_that_fails_to_compile_leaves_the_program_unfused(monkeypatch):
     assert "elementwise fusion failed (RuntimeError: no compiler today)" in messages
     assert "optimizer loops failed to compile (RuntimeError: no compiler today)" in messages
     assert step.fused_kernels == 0 and _fuse._KINDS == {None: False}
+
+
+def _twice_step(model, opt):
+    """Two updates in one step, the second forward reading the parameters the first updated."""
+
+    def step(x, y):
+        with tg.Tape() as tape:
+            a = _mse(model, x, y)
+        opt.step(tape.gradient(a, model))
+        with tg.Tape() as tape:
+            b = _mse(model, x * 0.5, y)
+        opt.step(tape.gradient(b, model))
+        return a, b
+
+    return step
+
+
+@pytest.mark.parametrize("opt", ["sgd-momentum", "adam"])
+def test_no_loop_reaches_across_an_update(opt):
+    # the second forward's loops must read the parameters after the first update, as eager
+    batches = _batches((16, 5), (16, 2), n=5, seed=11)
+    runs = []
+    for compiled in (False, True):
+        tg.manual_seed(0)
+        model = _mlp()
+        step = _twice_step(model, OPTIMIZERS[opt](model.parameters()))
+        run = tg.compile(step) if compiled else step
+        losses = [[t.numpy() for t in run(tg.tensor(x), tg.tensor(y))] for x, y in batches]
+        runs.append((losses, [p.numpy().copy() for p in model.parameters()]))
+        if compiled:
+            assert run.fused_kernels >= 4 and run.source.count(".update (fused)") == 12
+    (l0, p0), (l1, p1) = runs
+    assert all(_same_bits(a, b) for s0, s1 in zip(l0, l1, strict=True) for a, b in zip(s0, s1))
+    assert all(_same_bits(a, b) for a, b in zip(p0, p1, strict=True))
+
+
+@pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
+@pytest.mark.parametrize("change", ["schedule", "load"])
+def test_fused_updates_read_the_group_and_the_state_when_they_run(opt, change):
+    # a schedule changes the learning rate between steps, or the optimizer's state is loaded
+    batches = _batches((16, 5), (16, 2), n=8, seed=12)
+    finals = []
+    for compiled in (False, True):
+        tg.manual_seed(0)
+        model = _mlp()
+        o = OPTIMIZERS[opt](model.parameters())
+        sched = tg.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
+        step = tg.compile(lambda x, y, m=model: _mse(m, x, y), model, o) if compiled else None
+        saved = None
+        for k, (x, y) in enumerate(batches):
+            if step is not None:
+                step(x, y)
+            else:
+                with tg.Tape() as tape:
+                    loss = _mse(model, tg.tensor(x), tg.tensor(y))
+                o.step(tape.gradient(loss, model))
+            if change == "schedule":
+                sched.step()
+            if k == 3:
+                saved = o.state_dict()
+            if k == 5 and change == "load":
+                o.load_state_dict(saved)
+        finals.append([p.numpy().copy() for p in model.parameters()])
+        if step is not None:
+            assert ".update (fused)" in step.source
+    assert all(_same_bits(a, b) for a, b in zip(*finals, strict=True))
+
+
+def test_an_input_in_another_layout_gets_its_own_program():
+    batches = _batches((16, 5), (16, 2), n=4, seed=13)
+    batches += [(np.asfortranarray(x), y) for x, y in _batches((16, 5), (16, 2), n=3, seed=14)]
+    batches += [(x, np.asfortranarray(y)) for x, y in _batches((16, 5), (16, 2), n=3, seed=15)]
+    step = _assert_equal_runs(_mlp, OPTIMIZERS["adam"], _mse, batches)
+    assert len(step._sources) == 3
+
+
+def test_an_op_after_an_update_does_not_join_a_loop_before_it():
+    # h * w reads h (made by the first loop) and w after its update: it runs after the update
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 8)
+            self.w = tg.Parameter(tg.randn(8))
+
+    def make():
+        tg.manual_seed(0)
+        m = Net()
+        opt = tg.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x, y):
+            with tg.Tape() as tape:
+                h = tg.relu(m.lin(x))
+                a = F.mse_loss(h * m.w, y)
+            opt.step(tape.gradient(a, m))
+            with tg.Tape() as tape:
+                b = F.mse_loss(h * m.w, y)
+            opt.step({m.w: tape.gradient(b, m.w)}, allow_missing=True)
+            return a, b
+
+        return m, step
+
+    batches = _batches((16, 5), (16, 8), n=4, seed=16)
+    runs = []
+    for compiled in (False, True):
+        m, step = make()
+        run = tg.compile(step) if compiled else step
+        runs.append([[t.numpy() for t in run(tg.tensor(x), tg.tensor(y))] for x, y in batches])
+        runs[-1].append([p.numpy().copy() for p in m.parameters()])
+        if compiled:
+            assert run.fused_kernels >= 2, run.source
+    assert all(_same_bits(a, b) for r0, r1 in zip(*runs, strict=True) for a, b in zip(r0, r1))
