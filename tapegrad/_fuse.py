@@ -6,7 +6,10 @@ ReLU, the VJPs of tanh, sigmoid, exp, ReLU and MSE, the bias add of ``nn.linear`
 that undo a bias's broadcasting) and that run over one domain (an output shape and dtype) are
 grouped; each group becomes one numba loop that reads its inputs once and writes only the
 values used outside it. A GEMM, a transcendental function (numpy's ``exp``/``tanh`` are not
-numba's, bit for bit) or any op it does not know ends a chain.
+numba's, bit for bit) or any op it does not know ends a chain. Grouping reads each value's
+shape, dtype and layout from the capture's ``meta`` (nothing runs), and no loop reaches across
+an optimizer update or an in-place op. ``update(optimizer)`` gives the per-parameter function
+that replaces an SGD or Adam update instruction with a compiled loop.
 
 Bit-for-bit equality with the unfused program is kept by writing every operation of the numpy
 code in the same order and dtype: constants are cast to the arrays' dtype as numpy casts a
