@@ -39,7 +39,7 @@ from typing import Any
 from . import _kernels
 from ._backend import np
 
-__all__ = ["fuse", "FusedKernel", "ELEMENTWISE"]
+__all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
 
 
 def _c(v: Any) -> str:
