@@ -122,6 +122,26 @@ class _Ref:
         return f"<the same {type(self.v).__name__}>"
 
 
+class _GroupAt:
+    """An optimizer's parameter group by its place, looked up when the program runs:
+    ``load_state_dict`` replaces the group dicts, a scheduler then sets the new ones' rate."""
+
+    __slots__ = ("k", "opt")
+
+    def __init__(self, opt: Any, k: int) -> None:
+        self.opt = opt
+        self.k = k
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _GroupAt) and other.opt is self.opt and other.k == self.k
+
+    def __hash__(self) -> int:
+        return hash((id(self.opt), self.k))
+
+    def __repr__(self) -> str:
+        return f"<{type(self.opt).__name__}.param_groups[{self.k}]>"
+
+
 def _effect(prim: Any, kw: dict[str, Any]) -> bool:
     """Whether a call must run although nothing reads its result: an in-place update (a
     primitive named ``..._``, an optimizer update) or a random draw (it moves a generator)."""
@@ -234,7 +254,9 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
             u = updates[id(opt)] = _Update(opt)
         ps, gs = self.slot(p), self.slot(_wrap(g))
         self._changed(ps)
-        self._instr(u, (("p", ps), ("s", gs), ("v", _Ref(group))), {}, None)
+        k = next((k for k, gr in enumerate(opt.param_groups) if gr is group), None)
+        where = _Ref(group) if k is None else _GroupAt(opt, k)
+        self._instr(u, (("p", ps), ("s", gs), ("v", where)), {}, None)
 
     def _changed(self, s: int) -> None:
         if self.kinds[s][0] == "leaf":
@@ -412,6 +434,9 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
                 elif k == "p":  # the parameter itself (an optimizer updates it in place)
                     ns[f"L{v}"] = self.kinds[v][1]
                     argstr.append(f"L{v}")
+                elif isinstance(v, _GroupAt):  # the group in place now
+                    ns[f"o{i}"] = v.opt
+                    argstr.append(f"o{i}.param_groups[{v.k}]")
                 else:
                     val = v.v if isinstance(v, _Ref) else v
                     ns[f"a{i}_{len(argstr)}"] = val

@@ -342,9 +342,13 @@ def test_no_loop_reaches_across_an_update(opt):
 
 
 @pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
-@pytest.mark.parametrize("change", ["schedule", "load"])
-def test_fused_updates_read_the_group_and_the_state_when_they_run(opt, change):
+@pytest.mark.parametrize("change", ["schedule", "load", "schedule+load"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_updates_read_the_group_and_the_state_when_they_run(opt, change, fused, monkeypatch):
     # a schedule changes the learning rate between steps, or the optimizer's state is loaded
+    # (new group dicts and state: the program looks the group up when it runs)
+    if not fused:
+        monkeypatch.setattr(_fuse, "enabled", lambda: False)
     batches = _batches((16, 5), (16, 2), n=8, seed=12)
     finals = []
     for compiled in (False, True):
@@ -361,15 +365,15 @@ def test_fused_updates_read_the_group_and_the_state_when_they_run(opt, change):
                 with tg.Tape() as tape:
                     loss = _mse(model, tg.tensor(x), tg.tensor(y))
                 o.step(tape.gradient(loss, model))
-            if change == "schedule":
+            if "schedule" in change:
                 sched.step()
             if k == 3:
                 saved = o.state_dict()
-            if k == 5 and change == "load":
+            if k == 5 and "load" in change:
                 o.load_state_dict(saved)
         finals.append([p.numpy().copy() for p in model.parameters()])
         if step is not None:
-            assert ".update (fused)" in step.source
+            assert (".update (fused)" in step.source) == fused
     assert all(_same_bits(a, b) for a, b in zip(*finals, strict=True))
 
 
