@@ -130,7 +130,7 @@ def test_dcgan_step_two_tapes_two_optimizers_batch_norm_and_latent_noise():
         return step, [G, D], batches, None
 
     step = _compare(make)
-    assert step.source.count("update_one") == 4 + 5  # both optimizers' updates are in it
+    assert step.source.count("Adam.update") == 4 + 5  # both optimizers' updates are in it
     assert "nn.running_mean_" in step.source and "nn.increment_" in step.source
 
 
@@ -277,6 +277,9 @@ def test_capturing_and_building_hold_no_more_array_memory_than_eager_steps():
         finally:
             tracemalloc.stop()
 
+    warm = tg.compile(_mlp_step())
+    for _ in range(3):  # numba compiles the fused loops once per process: not the step's memory
+        warm(x, y)
     eager, comp = peak(False), peak(True)
     # the buffers the program keeps between steps are allocated within these steps: allow them
     assert comp <= eager + 256 * 1024, (comp, eager)

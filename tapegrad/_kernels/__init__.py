@@ -104,8 +104,9 @@ def usable(*arrays: Any) -> bool:
     return True
 
 
-def jit(parallel: bool = False, fastmath: Any = False) -> Any:
-    """``numba.njit(cache=True, ...)`` with tapegrad's cache directory (for kernel modules)."""
+def jit(parallel: bool = False, fastmath: Any = False, signatures: Any = None) -> Any:
+    """``numba.njit(cache=True, ...)`` with tapegrad's cache directory (for kernel modules);
+    ``signatures`` compiles those up front (a recursive function needs them)."""
     nb = numba()
     assert nb is not None, "kernel modules are imported only when numba is selected"
 
@@ -117,7 +118,10 @@ def jit(parallel: bool = False, fastmath: Any = False) -> Any:
             os.makedirs(where, exist_ok=True)
             config.CACHE_DIR = where  # read when the cache is attached, just below
         try:
-            return nb.njit(cache=True, parallel=parallel, fastmath=fastmath, nogil=True)(fn)
+            opts = {"cache": True, "parallel": parallel, "fastmath": fastmath, "nogil": True}
+            if signatures is not None:
+                return nb.njit(signatures, error_model="numpy", **opts)(fn)
+            return nb.njit(**opts)(fn)
         finally:
             config.CACHE_DIR = old
 

@@ -1,0 +1,817 @@
+"""Elementwise fusion for ``tg.compile``: chains of elementwise ops become one compiled loop.
+
+``fuse(program, example_inputs)`` rewrites a captured program (``_compile._Program``) before it
+is turned into code. Ops whose arithmetic it knows (``ELEMENTWISE``: the arithmetic operators,
+ReLU, the VJPs of tanh, sigmoid, exp, ReLU and MSE, the bias add of ``nn.linear`` and the sums
+that undo a bias's broadcasting) and that run over one domain (an output shape and dtype) are
+grouped; each group becomes one numba loop that reads its inputs once and writes only the
+values used outside it. A GEMM, a transcendental function (numpy's ``exp``/``tanh`` are not
+numba's, bit for bit) or any op it does not know ends a chain. Grouping reads each value's
+shape, dtype and layout from the capture's ``meta`` (nothing runs), and no loop reaches across
+an optimizer update or an in-place op. ``update(optimizer)`` gives the per-parameter function
+that replaces an SGD or Adam update instruction with a compiled loop.
+
+Bit-for-bit equality with the unfused program is kept by writing every operation of the numpy
+code in the same order and dtype: constants are cast to the arrays' dtype as numpy casts a
+Python number, numba runs without fastmath (LLVM fuses no multiply-add then) and with numpy's
+error model (division by zero gives inf, as numpy), and a sum over leading axes adds the rows in
+numpy's order, starting from zero. ``tests/test_fuse.py`` checks equality bit for bit.
+
+Kernels are generated as source, compiled with ``numba.njit(cache=True)`` from a file named by
+the source's hash (so numba's disk cache serves the next process), and kept per process by
+source. Without numba, or with ``TAPEGRAD_KERNELS=numpy``, programs run unfused.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import math
+import operator
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from . import _kernels
+from ._backend import np
+
+__all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
+
+
+def _c(v: Any) -> str:
+    """A Python number as numpy casts it next to an array: to the array's dtype ``T``."""
+    return f"T({float(v)!r})"
+
+
+def _linear_bias(a: list[str], kw: dict[str, Any]) -> str:
+    return f"({a[0]} + {a[1]})"
+
+
+# name -> (positions of the operands the expression reads, expression from their code).
+# Positions index the op's positional arguments: (inputs...) for a forward, (g, ans, inputs...)
+# for a VJP. Each expression is the numpy code's own operations, in its order.
+ELEMENTWISE: dict[str, tuple[tuple[int, ...], Callable[[list[str], dict[str, Any]], str]]] = {
+    "add": ((0, 1), lambda a, kw: f"({a[0]} + {a[1]})"),
+    "sub": ((0, 1), lambda a, kw: f"({a[0]} - {a[1]})"),
+    "mul": ((0, 1), lambda a, kw: f"({a[0]} * {a[1]})"),
+    "div": ((0, 1), lambda a, kw: f"({a[0]} / {a[1]})"),
+    "neg": ((0,), lambda a, kw: f"(-{a[0]})"),
+    "square": ((0,), lambda a, kw: f"({a[0]} * {a[0]})"),
+    "mul_scalar": ((0,), lambda a, kw: f"({a[0]} * {_c(kw['c'])})"),
+    "div_scalar": ((0,), lambda a, kw: f"({a[0]} / {_c(kw['c'])})"),
+    "relu": ((0,), lambda a, kw: f"({a[0]} if {a[0]} > T(0) or np.isnan({a[0]}) else T(0))"),
+    "add vjp0": ((0,), lambda a, kw: a[0]),
+    "add vjp1": ((0,), lambda a, kw: a[0]),
+    "sub vjp0": ((0,), lambda a, kw: a[0]),
+    "sub vjp1": ((0,), lambda a, kw: f"(-{a[0]})"),
+    "neg vjp0": ((0,), lambda a, kw: f"(-{a[0]})"),
+    "mul vjp0": ((0, 3), lambda a, kw: f"({a[0]} * {a[1]})"),
+    "mul vjp1": ((0, 2), lambda a, kw: f"({a[0]} * {a[1]})"),
+    "div vjp0": ((0, 3), lambda a, kw: f"({a[0]} / {a[1]})"),
+    "div vjp1": ((0, 1, 3), lambda a, kw: f"(((-{a[0]}) * {a[1]}) / {a[2]})"),
+    "mul_scalar vjp0": ((0,), lambda a, kw: f"({a[0]} * {_c(kw['c'])})"),
+    "div_scalar vjp0": ((0,), lambda a, kw: f"({a[0]} / {_c(kw['c'])})"),
+    "relu vjp0": ((0, 1), lambda a, kw: f"({a[0]} * (T(1) if {a[1]} > T(0) else T(0)))"),
+    "tanh vjp0": ((0, 1), lambda a, kw: f"({a[0]} * ({_c(1.0)} - {a[1]} * {a[1]}))"),
+    "sigmoid vjp0": ((0, 1), lambda a, kw: f"(({a[0]} * {a[1]}) * ({_c(1.0)} - {a[1]}))"),
+    "exp vjp0": ((0, 1), lambda a, kw: f"({a[0]} * {a[1]})"),
+    "sqrt vjp0": ((0, 1), lambda a, kw: f"(({a[0]} * {_c(0.5)}) / {a[1]})"),
+    "square vjp0": ((0, 2), lambda a, kw: f"(({a[0]} * {_c(2.0)}) * {a[1]})"),
+    "nn.mse_loss vjp0": (
+        (0, 2, 3),
+        lambda a, kw: f"(({a[0]} * {_c(2.0 * kw['scale'])}) * ({a[1]} - {a[2]}))",
+    ),
+    "nn.mse_loss vjp1": (
+        (0, 2, 3),
+        lambda a, kw: f"(({a[0]} * {_c(-2.0 * kw['scale'])}) * ({a[1]} - {a[2]}))",
+    ),
+    # nn.linear is split: the GEMM stays numpy's, the bias add (``y += b``) joins the chain
+    "nn.linear": ((0, 2), _linear_bias),
+}
+_MSE = ((0, 1), lambda a, kw: f"({a[0]} - {a[1]})")  # nn.mse_loss: d = x - t, then d * d summed
+# sums over all leading axes (the bias gradient): an extra output of the chain that makes g
+_REDUCTIONS = ("nn.linear vjp2", "unbroadcast")
+
+
+def _matmul_t(x: Any, w: Any) -> Any:
+    """``nn.linear``'s GEMM without the bias (the bias add is fused into the next loop)."""
+    if x.ndim == 2:
+        return x @ w.T
+    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(x.shape[:-1] + (w.shape[0],))
+
+
+class _Op:
+    """A pseudo-primitive of a rewritten program: a name and ``fwd``, as ``_Program`` wants."""
+
+    __slots__ = ("fwd", "name")
+
+    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
+        self.fwd = fwd
+        self.name = name
+
+
+def _gemm_nt(x: Any, w: Any) -> Any:
+    return x @ w.T
+
+
+def _gemm_tn(g: Any, x: Any) -> Any:
+    return g.T @ x
+
+
+_MATMUL_T = _Op(_matmul_t, "nn.linear gemm")
+_GEMM_NT = _Op(_gemm_nt, "nn.linear gemm")
+# nn.linear's 2-D GEMMs called straight, without the VJP's wrappers (about 0.7 us a call)
+_LEAN = {
+    "nn.linear vjp0": (_Op(operator.matmul, "nn.linear vjp0 (g @ w)"), (0, 3)),
+    "nn.linear vjp1": (_Op(_gemm_tn, "nn.linear vjp1 (g.T @ x)"), (0, 2)),
+}
+_GETITEM = _Op(operator.getitem, "fused output")
+
+
+class FusedKernel(_Op):
+    """One fused loop: ``fwd(*operands)`` returns its output array, or a tuple of them."""
+
+    __slots__ = ("members", "source")
+
+    def __init__(self, fwd: Callable[..., Any], name: str, members: list[str], source: str) -> None:
+        super().__init__(fwd, name)
+        self.members = members
+        self.source = source
+
+
+# -- what grouping knows of each value: its description, no value -----------------------------
+class _Like:
+    """A value as the capture described it (``_Program.meta``): shape, dtype and layout."""
+
+    __slots__ = ("c_contiguous", "dtype", "ndim", "shape", "size")
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, strides: tuple[int, ...]) -> None:
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.ndim = len(self.shape)
+        self.size = math.prod(self.shape)
+        self.c_contiguous = _c_contiguous(self.shape, tuple(strides), self.dtype.itemsize)
+
+    @classmethod
+    def of(cls, a: Any) -> _Like | None:
+        if not isinstance(a, (np.ndarray, np.generic)):
+            return None
+        return cls(a.shape, a.dtype, getattr(a, "strides", ()))
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """numpy's C-contiguous flag from a shape and strides (axes of length 1 may have any)."""
+    if 0 in shape:
+        return True
+    if len(strides) != len(shape):
+        return not shape
+    step = itemsize
+    for n, st in zip(reversed(shape), reversed(strides), strict=True):
+        if n != 1:
+            if st != step:
+                return False
+            step *= n
+    return True
+
+
+def _values(prog: Any, inputs: list[Any]) -> dict[int, _Like]:
+    """Each slot's description: the example inputs', the leaves' arrays', and the ops' from the
+    capture's ``meta`` (no op is run: a probe would hold every value of the step at once)."""
+    values: dict[int, _Like] = {}
+    for s, (kind, v) in enumerate(prog.kinds):
+        like = None
+        if kind == "input":
+            like = _Like.of(inputs[v])
+        elif kind == "leaf":
+            like = _Like.of(v._data)
+        elif s in prog.meta:
+            shape, dtype, strides, _ = prog.meta[s]
+            like = _Like(shape, dtype, strides)
+        if like is not None:
+            values[s] = like
+    return values
+
+
+# -- grouping -----------------------------------------------------------------------------------
+_FULL, _ROW, _SCALAR, _CONST = "full", "row", "scalar", "const"
+
+
+def _classify(v: Any, shape: tuple[int, ...], dtype: Any) -> str | None:
+    """How an operand meets a loop over ``shape``: the same shape, one value per last-axis
+    position (a bias), one value, or a Python number; None when the loop cannot read it."""
+    if isinstance(v, (bool, np.generic)) or v is None:  # a numpy scalar keeps its own dtype
+        return None
+    if isinstance(v, (int, float)):
+        return _CONST if abs(v) < 2**53 or not isinstance(v, int) else None
+    if not isinstance(v, _Like) or v.dtype != dtype:  # a raw array operand is a constant
+        return None
+    if v.size == 1 and v.ndim <= len(shape):
+        return _SCALAR
+    if not v.c_contiguous:
+        return None
+    if v.shape == shape:
+        return _FULL
+    if (
+        len(shape) >= 2
+        and v.shape[-1] == shape[-1]
+        and v.size == shape[-1]
+        and v.ndim <= len(shape)
+    ):
+        return _ROW
+    return None
+
+
+class _Group:
+    def __init__(self, pos: int, shape: tuple[int, ...], dtype: Any) -> None:
+        self.pos = pos  # where the group runs: its first member's place
+        self.shape = shape
+        self.dtype = dtype
+        self.members: list[int] = []  # instruction indices, in order
+        self.reductions: list[int] = []
+        self.slots: set[int] = set()  # values the group computes
+        self.reads: set[int] = set()  # values it reads from outside
+        self.totals: set[int] = set()  # values known only after its loop (the MSE loss)
+        self.last = pos  # its last member's place in the program
+
+    def size(self) -> int:
+        return len(self.members) + len(self.reductions)
+
+
+def _describe(prog: Any, i: int, values: dict[int, Any]) -> tuple[str, Any] | None:
+    """("map", (shape, dtype, operand positions)) or ("sum", (input slot, shape, dtype)) for an
+    op a loop can run, else None."""
+    prim, args, kw, o = prog.instrs[i]
+    out = values.get(o)
+    if not isinstance(out, _Like) or out.dtype not in (np.float32, np.float64):
+        return None
+    name = prim.name
+    if name in _REDUCTIONS:
+        g = values.get(args[0][1]) if args[0][0] == "s" else None  # the gradient summed
+        if (
+            isinstance(g, _Like) and g.ndim >= 2 and g.c_contiguous
+            and g.dtype == out.dtype and g.shape[-1] >= 2  # a last axis of 1 numpy sums pairwise
+            and out.size == g.shape[-1] and out.shape[-1] == g.shape[-1]
+        ):  # fmt: skip
+            return ("sum", (args[0][1], g.shape, g.dtype))
+        return None
+    if name == "nn.mse_loss":  # sum((x - t) ** 2) * scale: the squares summed in numpy's order
+        x = values.get(args[0][1]) if args[0][0] == "s" else None
+        scale = kw.get("scale")
+        if (
+            out.ndim == 0 and isinstance(x, _Like) and x.dtype == out.dtype
+            and _classify(x, x.shape, x.dtype) == _FULL and isinstance(scale, float)
+            and args[1][0] == "s" and _classify(values.get(args[1][1]), x.shape, x.dtype)
+        ):  # fmt: skip
+            return ("total", (x.shape, x.dtype, (0, 1)))
+        return None
+    entry = ELEMENTWISE.get(name)
+    if entry is None or not out.c_contiguous:
+        return None
+    if name == "nn.linear":  # only with a bias, GEMM output (N..., out) + b (out,)
+        if len(args) < 3 or args[2][0] != "s" or out.ndim < 2:
+            return None
+        b = values.get(args[2][1])
+        if _classify(b, out.shape, out.dtype) != _ROW:
+            return None
+        return ("map", (out.shape, out.dtype, entry[0]))
+    if name in ("mul_scalar", "div_scalar", "mul_scalar vjp0", "div_scalar vjp0") and (
+        _classify(kw.get("c"), out.shape, out.dtype) != _CONST
+    ):
+        return None
+    for p in entry[0]:
+        if p >= len(args):
+            return None
+        k, v = args[p]
+        if _classify(values.get(v) if k == "s" else v, out.shape, out.dtype) is None:
+            return None
+    return ("map", (out.shape, out.dtype, entry[0]))
+
+
+def _groups(prog: Any, values: dict[int, Any]) -> list[_Group]:
+    produced_at: dict[int, int] = {}  # slot -> instruction index that makes it
+    for i, (_, _, _, o) in enumerate(prog.instrs):
+        produced_at[o] = i
+    groups: list[_Group] = []
+    group_of: dict[int, _Group] = {}  # slot -> group computing it
+
+    def ready(slot: int, g: _Group) -> bool:  # available where the group runs
+        return slot in g.slots or produced_at.get(slot, -1) < g.pos
+
+    barrier = -1  # the last op that changes memory in place: no loop reaches across it
+    for i, (prim, args, _, o) in enumerate(prog.instrs):
+        if _changes(prim):  # a loop runs where its first op was: it would read the old values
+            barrier = i
+            continue
+        d = _describe(prog, i, values)
+        if d is None:
+            continue
+        if d[0] == "sum":
+            src, shape, dtype = d[1]
+            g = group_of.get(src)
+            if g is not None and g.pos > barrier and g.shape == shape and g.dtype == dtype:
+                g.reductions.append(i)
+                g.slots.add(o)
+                g.last = i
+                group_of[o] = g
+            continue
+        shape, dtype, reads = d[1]
+        slots = [args[p][1] for p in reads if args[p][0] == "s"]
+        best = None
+
+        def fits(g: _Group | None) -> bool:
+            return (
+                g is not None and g.pos > barrier and g.shape == shape and g.dtype == dtype
+                and all(ready(t, g) and t not in g.totals for t in slots)
+            )  # fmt: skip
+
+        if prim.name != "nn.linear":  # its GEMM runs first: it only starts a group
+            for s in slots:
+                g = group_of.get(s)
+                if fits(g) and (best is None or g.pos > best.pos):  # type: ignore[union-attr]
+                    best = g
+            # or the group just before it, when they read the same values (MSE and its VJP)
+            if best is None and groups and groups[-1].last == i - 1 and fits(groups[-1]):
+                if groups[-1].reads.intersection(slots):
+                    best = groups[-1]
+        if best is None:
+            best = _Group(i, shape, dtype)
+            groups.append(best)
+        best.members.append(i)
+        best.last = i
+        best.reads.update(t for t in slots if t not in best.slots)
+        if d[0] == "total":
+            best.totals.add(o)
+        else:
+            best.slots.add(o)
+        group_of[o] = best
+    # one op alone gains nothing, nor does a chain that only passes its gradient on
+    return [
+        g
+        for g in groups
+        if g.size() >= 2 and any(prog.instrs[m][0].name not in _IDENTITY for m in g.members)
+    ]
+
+
+_IDENTITY = ("add vjp0", "add vjp1", "sub vjp0")
+
+
+def _changes(prim: Any) -> bool:
+    """Whether an instruction writes memory that others read: an optimizer update (its first
+    operand is the parameter itself) or an in-place primitive (a name ending in ``_``)."""
+    return prim.name.endswith("_") or hasattr(prim, "opt")
+
+
+# -- code generation ----------------------------------------------------------------------------
+def _kernel(
+    prog: Any, g: _Group, values: dict[int, Any], keep: set[int]
+) -> tuple[Any, list[Any], list[int]]:
+    """One group as a loop: (the op that runs it, its operands, the slots it writes)."""
+    ins: dict[Any, str] = {}  # operand slot (("gemm", m) for a split linear) -> kernel variable
+    kinds: dict[str, str] = {}
+    expr: dict[int, str] = {}  # slot computed in the loop -> its variable
+    body: list[str] = []
+    total = None  # (slot, scale) of the MSE loss the loop also computes
+    for m in g.members:
+        prim, args, kw, o = prog.instrs[m]
+        reads, fn = _MSE if prim.name == "nn.mse_loss" else ELEMENTWISE[prim.name]
+        code = []
+        for p in reads:
+            k, v = args[p]
+            if k == "v":
+                code.append(_c(v))
+                continue
+            if v in expr:
+                code.append(expr[v])
+                continue
+            key: Any = ("gemm", m) if prim.name == "nn.linear" and p == 0 else v
+            if key not in ins:
+                ins[key] = f"a{len(ins)}"
+                kinds[ins[key]] = _FULL if key != v else _classify(values[v], g.shape, g.dtype)  # type: ignore[assignment]
+            var = ins[key]
+            kind = kinds[var]
+            code.append(f"{var}f[k]" if kind == _FULL else f"{var}f[j]" if kind == _ROW else var)
+        if prim.name == "nn.mse_loss":
+            total = (o, kw["scale"])
+            body += [f"d = {fn(code, kw)}", "sqf[k] = d * d"]
+            continue
+        expr[o] = f"t{len(expr)}"  # named by place, so equal chains give equal sources
+        body.append(f"{expr[o]} = {fn(code, kw)}")
+    outs = [
+        prog.instrs[m][3]
+        for m in g.members
+        if prog.instrs[m][3] in keep and prog.instrs[m][3] not in g.totals
+    ]
+    sums = [(prog.instrs[r][3], prog.instrs[r][1][0][1]) for r in g.reductions]
+    names = [prog.instrs[m][0].name for m in (*g.members, *g.reductions)]
+    two = any(kind == _ROW for kind in kinds.values()) or bool(sums)
+    operands = list(ins.values())
+    sig = [*operands, *(f"o{n}" for n in range(len(outs))), *(f"r{n}" for n in range(len(sums)))]
+    sig += ["sqf"] if total else []
+    lines = [f"def kernel({', '.join([*sig, 'rows', 'cols'])}):"]
+    lines += [
+        f"    {var}f = {var}.reshape(-1)" for var, kind in kinds.items() if kind in (_FULL, _ROW)
+    ]
+    lines += [f"    o{n}f = o{n}.reshape(-1)" for n in range(len(outs))]
+    loop = [*body, *(f"o{n}f[k] = {expr[s]}" for n, s in enumerate(outs)),
+            *(f"r{n}[j] += {expr[src]}" for n, (_, src) in enumerate(sums))]  # fmt: skip
+    if two:  # rows x cols: a bias or a column sum is indexed by the column
+        lines += [
+            "    for i in range(U(rows)):",
+            "        base = i * U(cols)",
+            "        for j in range(U(cols)):",
+            "            k = base + j",
+            *(f"            {line}" for line in loop),
+        ]
+    else:
+        lines += ["    for k in range(U(rows) * U(cols)):", *(f"        {line}" for line in loop)]
+    head = ["import numpy as np"]
+    if total:  # numpy's d.sum() (from zero, pairwise), times the scale in the dtype
+        # numba's disk cache does not see a called function change: name its version
+        head.append(f"from tapegrad._kernels.reduce import pairwise_sum  # {_reduce_version()}")
+        lines += [
+            "    zero = T(0)",
+            f"    return (zero + pairwise_sum(sqf, 0, rows * cols, zero)) * {_c(total[1])}",
+        ]
+    dt = "float32" if g.dtype == np.float32 else "float64"
+    src = "\n".join([*head, f"T = np.{dt}", "U = np.uint64", "", "", *lines, ""])
+    # the Python side: allocate the outputs, read scalar operands, call the loop
+    cols = g.shape[-1] if g.shape else 1
+    call = [
+        f"x{n}.reshape(-1)[0]" if kinds[v] == _SCALAR else f"x{n}" for n, v in enumerate(operands)
+    ]
+    w = [f"def fused({', '.join(f'x{n}' for n in range(len(operands)))}):"]
+    res = []
+    for n in range(len(outs)):
+        w.append(f"    o{n} = empty({g.shape!r}, T)")
+        res.append(f"o{n}")
+    for n, (s, _) in enumerate(sums):
+        w.append(f"    r{n} = zeros({cols}, T)")  # numpy's sum starts from zero too (-0.0 + 0)
+        shape = values[s].shape
+        res.append(f"r{n}" if shape == (cols,) else f"r{n}.reshape({shape!r})")
+    made = [*(f"o{n}" for n in range(len(outs))), *(f"r{n}" for n in range(len(sums)))]
+    if total:
+        w.append(f"    sq = empty({math.prod(g.shape)}, T)")
+        made.append("sq")
+        res.append("asarray(tot, T)")
+    w.append(f"    tot = kernel({', '.join([*call, *made])}, {math.prod(g.shape) // cols}, {cols})")
+    w.append(f"    return {res[0] if len(res) == 1 else '(' + ', '.join(res) + ',)'}")
+    ns: dict[str, Any] = {
+        "kernel": _compile(src),
+        "empty": np.empty,
+        "zeros": np.zeros,
+        "asarray": np.asarray,
+        "T": g.dtype.type,
+    }
+    exec(builtins.compile("\n".join(w), "<tg.compile fused>", "exec"), ns)  # noqa: S102
+    args = [("s", v) if not isinstance(v, tuple) else v for v in ins]
+    op = FusedKernel(ns["fused"], "fused[" + ", ".join(names) + "]", names, src)
+    return op, args, [*outs, *(s for s, _ in sums), *([total[0]] if total else [])]
+
+
+# no fastmath: LLVM then neither reorders nor contracts a * b + c into an FMA; numpy's error
+# model: x / 0 gives inf or nan as numpy does (numba's default would raise)
+JIT_OPTIONS = {"nogil": True, "error_model": "numpy", "fastmath": False}
+_CACHE: dict[str, Any] = {}
+_VERSIONS: dict[str, str] = {}
+
+
+def _reduce_version() -> str:
+    """A hash of ``_kernels/reduce.py``, which fused loops with a total call into."""
+    if "reduce" not in _VERSIONS:
+        path = os.path.join(os.path.dirname(_kernels.__file__), "reduce.py")
+        with open(path, "rb") as f:
+            _VERSIONS["reduce"] = hashlib.sha1(f.read()).hexdigest()[:12]
+    return _VERSIONS["reduce"]
+
+
+_lock = threading.Lock()
+
+
+def _compile(src: str) -> Any:
+    """The numba loop for ``src``: from this process's cache, else compiled from a file named by
+    the source's hash (numba caches the machine code beside it)."""
+    kern = _CACHE.get(src)
+    if kern is not None:
+        return kern
+    with _lock:
+        kern = _CACHE.get(src)
+        if kern is None:
+            kern = _CACHE[src] = _load(src)
+    return kern
+
+
+def _source_dir() -> str | None:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    where = os.path.join(base, "tapegrad", "fused")
+    try:
+        os.makedirs(where, exist_ok=True)
+    except OSError:
+        return None
+    return where if os.access(where, os.W_OK) else None
+
+
+def _load(src: str) -> Any:
+    nb = _kernels.numba()
+    assert nb is not None
+    name = "tg_fused_" + hashlib.sha1(src.encode()).hexdigest()[:20]
+    where = _source_dir()
+    opts = JIT_OPTIONS
+    if where is None:  # nowhere to keep a file: compile from the string, no disk cache
+        ns: dict[str, Any] = {}
+        exec(builtins.compile(src, f"<{name}>", "exec"), ns)  # noqa: S102
+        return nb.njit(**opts)(ns["kernel"])
+    path = os.path.join(where, name + ".py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(src)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # numba's disk cache finds the module's globals by name
+    spec.loader.exec_module(mod)
+    return nb.njit(cache=True, **opts)(mod.kernel)
+
+
+def _is_2d(v: Any) -> bool:
+    return isinstance(v, _Like) and v.ndim == 2
+
+
+# -- the rewrite --------------------------------------------------------------------------------
+def enabled() -> bool:
+    """Whether programs are fused: numba is selected (see ``tapegrad._kernels``)."""
+    return _kernels.numba() is not None
+
+
+def fuse(prog: Any, example_inputs: list[Any]) -> int:
+    """Rewrite ``prog``'s instructions so that each elementwise chain is one fused kernel;
+    return how many kernels it made (0 when numba is not selected).
+
+    Fusion only makes a program faster: if it fails (numba cannot compile a loop), the
+    program stays unfused and a RuntimeWarning says why.
+    """
+    if not enabled():
+        return 0
+    n_slots = len(prog.kinds)
+    try:
+        return _fuse(prog, example_inputs)
+    except Exception as e:  # noqa: BLE001 - any failure keeps the unfused program
+        del prog.kinds[n_slots:]
+        warnings.warn(
+            f"tg.compile: elementwise fusion failed ({type(e).__name__}: {e}); the step runs "
+            "unfused (TAPEGRAD_KERNELS=numpy turns fusion off)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return 0
+
+
+def _fuse(prog: Any, example_inputs: list[Any]) -> int:
+    from ._compile import _leaves  # noqa: PLC0415 - _compile calls this module
+
+    values = _values(prog, example_inputs)
+    groups = _groups(prog, values)
+    if not groups:
+        return 0
+    # the step's outputs stay materialised; gradients are read by updates, so kept below
+    keep: set[int] = set(_leaves(prog.outputs))
+    grouped: dict[int, _Group] = {}
+    for group in groups:
+        for m in (*group.members, *group.reductions):
+            grouped[m] = group
+    members = set(grouped)
+    for i, (_, args, _, _) in enumerate(prog.instrs):
+        if i not in members:
+            keep.update(v for k, v in args if k == "s")
+    for group in groups:  # a value read by another group is kept too
+        for m in group.members:
+            for k, v in prog.instrs[m][1]:
+                if k == "s" and v not in group.slots:
+                    keep.add(v)
+
+    def new_slot() -> int:
+        prog.kinds.append(("op", -1))
+        return len(prog.kinds) - 1
+
+    instrs: list[Any] = []
+    where: list[str] = []
+    made: list[int] = []  # slots a loop now writes (fresh arrays, no ufunc's buffer)
+    for i, ins in enumerate(prog.instrs):
+        g = grouped.get(i)
+        if g is None:
+            lean = _LEAN.get(ins[0].name)
+            if lean is not None and ins[1][0][0] == "s" and _is_2d(values.get(ins[1][0][1])):
+                instrs.append((lean[0], tuple(ins[1][p] for p in lean[1]), {}, ins[3]))
+            else:
+                instrs.append(ins)
+            where.append(prog.where[i])
+            continue
+        if g.members[0] != i:
+            continue
+        kern, args, outs = _kernel(prog, g, values, keep)
+        made += outs
+        first = prog.instrs[g.members[0]]
+        if first[0].name == "nn.linear":  # its GEMM, then the loop that adds the bias
+            y = new_slot()
+            gemm = _GEMM_NT if _is_2d(values.get(first[1][0][1])) else _MATMUL_T
+            instrs.append((gemm, (first[1][0], first[1][1]), {}, y))
+            where.append(prog.where[i])
+            args = [("s", y) if a == ("gemm", g.members[0]) else a for a in args]
+        if len(outs) == 1:
+            instrs.append((kern, tuple(args), {}, outs[0]))
+            where.append(prog.where[i])
+        else:
+            t = new_slot()
+            instrs.append((kern, tuple(args), {}, t))
+            where.append(prog.where[i])
+            for n, s in enumerate(outs):
+                instrs.append((_GETITEM, (("s", t), ("v", n)), {}, s))
+                where.append(prog.where[i])
+    for o in made:
+        if o in prog.meta:
+            prog.meta[o] = (*prog.meta[o][:3], False)
+    prog.instrs = instrs
+    prog.where = where
+    return len(groups)
+
+
+# -- optimizer updates --------------------------------------------------------------------------
+# SGD's and Adam's per-parameter arithmetic, written as their numpy code does it (same order,
+# scalars cast to the parameter's dtype as numpy casts a Python number), one loop per parameter.
+_SGD_LOOP = """import numpy as np
+T = np.{dtype}
+U = np.uint64
+
+
+def kernel(p, g, buf, lr, wd, mom, damp, flags):
+    pf = p.reshape(-1)
+    gf = g.reshape(-1)
+    bf = buf.reshape(-1)
+    coupled, decoupled, momentum, first, nesterov = flags
+    shrink = T(1.0 - lr * wd)
+    for k in range(U(pf.size)):
+        if decoupled:
+            pf[k] = pf[k] * shrink
+        d = gf[k]
+        if coupled:
+            d = pf[k] * T(wd) + d
+        if momentum:
+            if first:
+                b = d
+            else:
+                b = bf[k] * T(mom)
+                b = b + (d * T(1.0 - damp) if damp != 0.0 else d)
+            bf[k] = b
+            if nesterov:
+                s = (b * T(mom) + d) * T(lr)
+            else:
+                s = b * T(lr)
+        else:
+            s = d * T(lr)
+        pf[k] = pf[k] - s
+"""
+
+_ADAM_LOOP = """import numpy as np
+T = np.{dtype}
+U = np.uint64
+
+
+def kernel(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled):
+    pf = p.reshape(-1)
+    gf = g.reshape(-1)
+    mf = m.reshape(-1)
+    vf = v.reshape(-1)
+    shrink = T(1.0 - lr * wd)
+    for k in range(U(pf.size)):
+        if decoupled:
+            pf[k] = pf[k] * shrink
+        d = gf[k]
+        if coupled:
+            d = pf[k] * T(wd) + d
+        mk = mf[k] * T(b1)
+        mk = mk + d * T(1.0 - b1)
+        mf[k] = mk
+        vk = vf[k] * T(b2)
+        vk = vk + (d * d) * T(1.0 - b2)
+        vf[k] = vk
+        s = np.sqrt(vk) + T(eps_bc2)
+        s = mk / s
+        pf[k] = pf[k] - s * T(step_size)
+"""
+
+
+def _fits(p: Any, *arrays: Any) -> bool:
+    """A loop can update ``p`` (a numpy float array) from these arrays: same shape and dtype,
+    all C-contiguous."""
+    return (
+        type(p) is np.ndarray and p.flags.c_contiguous
+        and all(type(a) is np.ndarray and a.dtype is p.dtype and a.shape == p.shape
+                and a.flags.c_contiguous for a in arrays)
+    )  # fmt: skip
+
+
+_KINDS: dict[Any, bool] = {}  # SGD -> True, Adam and AdamW -> False (filled on first use)
+
+
+def _loops_made() -> bool:
+    """Compile SGD's and Adam's loops once; False (with a warning) when numba cannot."""
+    if _KINDS:
+        return None not in _KINDS
+    from .optim import SGD, Adam, AdamW  # noqa: PLC0415 - optim sits above this module
+
+    kinds = {SGD: True, Adam: False, AdamW: False}
+    try:
+        for k, is_sgd in kinds.items():
+            src = _SGD_LOOP if is_sgd else _ADAM_LOOP
+            _LOOPS[k] = {np.dtype(d): _compile(src.format(dtype=d)) for d in ("float32", "float64")}
+    except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
+        _KINDS[None] = False  # no loops: every optimizer keeps update_one
+        warnings.warn(
+            f"tg.compile: the fused optimizer loops failed to compile ({type(e).__name__}: "
+            f"{e}); optimizers update with their own code",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return False
+    _KINDS.update(kinds)
+    return True
+
+
+def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
+    """``fwd(p, g, group)``, ``opt.update_one`` for one parameter with SGD's or Adam's
+    arithmetic in a compiled loop; None when ``opt`` is not exactly ``SGD``, ``Adam`` or
+    ``AdamW`` or numba is not selected. Each call makes a new function, for one parameter of a
+    program: it reads ``group`` (the learning rate a scheduler sets) every time it runs. A
+    parameter a loop cannot take (another dtype, a view, AMSGrad, an SGD parameter large enough
+    for its threaded path) gets ``update_one``.
+
+    Which loop the parameter takes is decided the first time its arrays are seen (a program
+    makes gradients of the same layout every step) and again whenever one is replaced.
+    """
+    if not enabled() or not _loops_made():
+        return None
+    kind = type(opt)
+    sgd = _KINDS.get(kind)
+    if sgd is None:
+        return None
+    loops = _LOOPS[kind]
+    seen: list[Any] = [None, None]  # the arrays last checked, the loop they take (or None)
+
+    def fwd(p: Any, g: Any, group: dict[str, Any]) -> None:
+        a = p._data
+        state = opt.state  # read each time: loading a state dict may replace it
+        st = state.get(p)
+        if st is None:
+            st = state[p] = opt.init_single(a, group)
+        if sgd:
+            buf = st.get("momentum_buffer")
+            arrays: tuple[Any, ...] = (a, buf)
+        else:
+            arrays = (a, st["exp_avg"], st["exp_avg_sq"])
+        old = seen[0]
+        if old is None or any(x is not y for x, y in zip(arrays, old, strict=True)):
+            # first step, or an array was replaced: check the layouts once
+            seen[0], seen[1] = arrays, loops.get(a.dtype) if _choose(g, arrays, sgd) else None
+        loop = seen[1]
+        if loop is None or (not sgd and group["amsgrad"]):
+            opt.update_one(p, g, group)
+            return
+        lr, wd = group["lr"], group["weight_decay"]
+        decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
+        coupled = bool(wd) and not decoupled
+        if sgd:
+            mom, damp = group["momentum"], group["dampening"]
+            flags = (coupled, decoupled, bool(mom), False, bool(group["nesterov"]))
+            if mom and buf is None:
+                buf = st["momentum_buffer"] = np.empty_like(a)
+                seen[0] = (a, buf)
+                loop(a, g, buf, lr, wd, mom, damp, (*flags[:3], True, flags[4]))
+            else:
+                loop(a, g, a if buf is None else buf, lr, wd, mom, damp, flags)
+        else:
+            beta1, beta2 = group["betas"]
+            st["step"] += 1
+            t = st["step"]
+            bc2_sqrt = math.sqrt(1.0 - beta2**t)
+            loop(a, g, *arrays[1:], lr, wd, beta1, beta2, group["eps"] * bc2_sqrt,
+                 lr / (1.0 - beta1**t) * bc2_sqrt, coupled, decoupled)  # fmt: skip
+        p._version += 1
+
+    return fwd
+
+
+def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
+    from .optim._sgd import CHUNK  # noqa: PLC0415
+
+    a = arrays[0]
+    if sgd and a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
+        return False
+    return _fits(a, g, *(x for x in arrays[1:] if x is not None))
+
+
+_LOOPS: dict[Any, dict[Any, Any]] = {}
