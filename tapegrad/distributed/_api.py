@@ -184,7 +184,7 @@ class _Bucket:
         self.slots = slots  # (param, offset, size, shape)
         total = sum(s[2] for s in slots)
         self.own = own  # one large gradient: the blocking path reduces its own array
-        self.buf = np.empty(total, dtype=dtype)
+        self.buf = np.zeros(total, dtype=dtype)  # zeros: a skipped bucket still joins its collective
         self.pending = len(slots)
         self.request: Request | None = None
 
