@@ -375,7 +375,9 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
             if o in live or _effect(prim, kw):
                 live.add(o)
                 live.update(v for k, v in args if k in "sp")
-        order = self._early_updates([i for i, ins in enumerate(self.instrs) if ins[3] in live])
+        order = self._early_updates(
+            self._small_first([i for i, ins in enumerate(self.instrs) if ins[3] in live])
+        )
         ufunc = {i for i in order if self.meta.get(self.instrs[i][3], (0, 0, 0, False))[3]
                  and self.instrs[i][3] not in outputs and not self.instrs[i][2]}  # fmt: skip
         forever = len(order)
@@ -446,6 +448,16 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
                 argstr.append(f"{name}=k{i}_{name}")
             if i in ufunc:
                 argstr.append(f"out=B{o}")
+            elif isinstance(prim, _fuse.FusedKernel):  # write over an operand dead from here
+                for n in prim.donors:
+                    k, v = args[n]
+                    if (
+                        k == "s" and self.kinds[v][0] == "op" and f"B{v}" not in ns
+                        and self.owner_of.get(v, v) == v and last.get(v) == pos
+                        and group_end.get(v, pos) == pos
+                    ):  # fmt: skip
+                        argstr.append(f"o0=v{v}")
+                        break
             target = f"v{o} = " if o in last else ""
             body.append(f"    {target}f{i}({', '.join(argstr)})  # {prim.name}")
             gone = dies_at.get(pos)
@@ -456,6 +468,37 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         self.source = "\n".join([*head, *body, ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
+
+    def _small_first(self, order: list[int]) -> list[int]:
+        """The VJPs of one node (consecutive ``name vjpN`` instructions reading the same output
+        gradient) ordered by the size of what they make, smallest first: a layer's weight and
+        bias gradients are computed (and their updates can run) before its input gradient is
+        allocated, and inputs the small ones were the last to read are freed by then. They
+        read only the node's saved values, so the order changes no number."""
+
+        def node(i: int) -> Any:
+            prim, args, _, o = self.instrs[i]
+            name = prim.name
+            at = name.find(" vjp")
+            if at < 0 or not args or args[0][0] != "s" or o not in self.meta:
+                return None
+            return (name[:at], args[0][1])
+
+        out: list[int] = []
+        run: list[int] = []
+        key: Any = None
+        for i in [*order, -1]:
+            k = node(i) if i >= 0 else None
+            if k is None or k != key:
+                out += sorted(run, key=lambda j: math.prod(self.meta[self.instrs[j][3]][0]))
+                run = []
+            key = k
+            if k is None:
+                if i >= 0:
+                    out.append(i)
+            else:
+                run.append(i)
+        return out
 
     def _early_updates(self, order: list[int]) -> list[int]:
         """Each optimizer update moved up to just after its gradient is computed and the last
@@ -598,16 +641,23 @@ class CompiledStep:
         return {(k, e.modes): e.source for k, es in self._programs.items() for e in es if e.source}
 
     def __call__(self, *batch: Any) -> Any:
-        inputs = [as_tensor(b) for b in batch]
+        inputs = [b if type(b) is Tensor else as_tensor(b) for b in batch]
+        arrays = [t._data for t in inputs]
         # one program per input signature and per train/eval state of the modules called
         # (C order too: fused loops read an input as a flat array)
-        key = tuple((t.shape, t.dtype.str, t._data.flags.c_contiguous) for t in inputs)
-        entries = self._programs.setdefault(key, [])
-        entry = next((e for e in entries if e.matches()), None)
+        key = tuple([(a.shape, a.dtype, a.flags.c_contiguous) for a in arrays])
+        entries = self._programs.get(key)
+        if entries is None:
+            entries = self._programs[key] = []
+        entry = None
+        for e in entries:
+            if e.matches():
+                entry = e
+                break
         if entry is not None and entry.run is not None:
             if entry.run == "eager":
                 return self.step_fn(*inputs)
-            return _rebuild(entry.tree, iter(entry.run([t._data for t in inputs])))
+            return _rebuild(entry.tree, iter(entry.run(arrays)))
         result, prog, modules = self._capture(inputs)
         if entry is None:
             entries.append(_Entry(modules, prog))

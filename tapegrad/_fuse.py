@@ -135,12 +135,18 @@ _GETITEM = _Op(operator.getitem, "fused output")
 class FusedKernel(_Op):
     """One fused loop: ``fwd(*operands)`` returns its output array, or a tuple of them."""
 
-    __slots__ = ("members", "source")
+    __slots__ = ("donors", "members", "source")
 
-    def __init__(self, fwd: Callable[..., Any], name: str, members: list[str], source: str) -> None:
+    def __init__(
+        self, fwd: Callable[..., Any], name: str, members: list[str], source: str,
+        donors: tuple[int, ...] = (),
+    ) -> None:  # fmt: skip
         super().__init__(fwd, name)
         self.members = members
         self.source = source
+        # operands of the loop's shape, read at index k only in iteration k: the loop may
+        # write its first output over one of them (``fwd(..., o0=operand)``) when it is dead
+        self.donors = donors
 
 
 # -- what grouping knows of each value: its description, no value -----------------------------
@@ -348,12 +354,20 @@ def _groups(prog: Any, values: dict[int, Any]) -> list[_Group]:
         else:
             best.slots.add(o)
         group_of[o] = best
-    # one op alone gains nothing, nor does a chain that only passes its gradient on
+    # a chain that only passes its gradient on gains nothing; one op alone only when it is not
+    # a ufunc (a ufunc writes into a buffer kept between steps), as its loop may then write
+    # over an operand that dies there (``FusedKernel.donors``)
     return [
         g
         for g in groups
-        if g.size() >= 2 and any(prog.instrs[m][0].name not in _IDENTITY for m in g.members)
+        if any(prog.instrs[m][0].name not in _IDENTITY for m in g.members)
+        and (g.size() >= 2 or _alone(prog, g))
     ]
+
+
+def _alone(prog: Any, g: _Group) -> bool:
+    prim, _, _, o = prog.instrs[g.members[0]]
+    return prim.name != "nn.linear" and not prog.meta.get(o, (0, 0, 0, True))[3]
 
 
 _IDENTITY = ("add vjp0", "add vjp1", "sub vjp0")
@@ -443,10 +457,14 @@ def _kernel(
     call = [
         f"x{n}.reshape(-1)[0]" if kinds[v] == _SCALAR else f"x{n}" for n, v in enumerate(operands)
     ]
-    w = [f"def fused({', '.join(f'x{n}' for n in range(len(operands)))}):"]
+    xs = [f"x{n}" for n in range(len(operands))]
+    w = [f"def fused({', '.join([*xs, 'o0=None'] if outs else xs)}):"]
     res = []
     for n in range(len(outs)):
-        w.append(f"    o{n} = empty({g.shape!r}, T)")
+        if n == 0:  # given: a dead operand's array (see ``donors``)
+            w.append(f"    if o0 is None:\n        o0 = empty({g.shape!r}, T)")
+        else:
+            w.append(f"    o{n} = empty({g.shape!r}, T)")
         res.append(f"o{n}")
     for n, (s, _) in enumerate(sums):
         w.append(f"    r{n} = zeros({cols}, T)")  # numpy's sum starts from zero too (-0.0 + 0)
@@ -468,7 +486,8 @@ def _kernel(
     }
     exec(builtins.compile("\n".join(w), "<tg.compile fused>", "exec"), ns)  # noqa: S102
     args = [("s", v) if not isinstance(v, tuple) else v for v in ins]
-    op = FusedKernel(ns["fused"], "fused[" + ", ".join(names) + "]", names, src)
+    donors = tuple(n for n, v in enumerate(operands) if kinds[v] == _FULL) if outs else ()
+    op = FusedKernel(ns["fused"], "fused[" + ", ".join(names) + "]", names, src, donors)
     return op, args, [*outs, *(s for s, _ in sums), *([total[0]] if total else [])]
 
 
@@ -652,7 +671,12 @@ def kernel(p, g, buf, lr, wd, mom, damp, flags):
     pf = p.reshape(-1)
     gf = g.reshape(-1)
     bf = buf.reshape(-1)
-    coupled, decoupled, momentum, first, nesterov = flags
+    # flags: a bit mask (an int dispatches in a fraction of a tuple of bools' time)
+    coupled = (flags & 1) != 0
+    decoupled = (flags & 2) != 0
+    momentum = (flags & 4) != 0
+    first = (flags & 8) != 0
+    nesterov = (flags & 16) != 0
     shrink = T(1.0 - lr * wd)
     for k in range(U(pf.size)):
         if decoupled:
@@ -774,32 +798,36 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
         else:
             arrays = (a, st["exp_avg"], st["exp_avg_sq"])
         old = seen[0]
-        if old is None or any(x is not y for x, y in zip(arrays, old, strict=True)):
-            # first step, or an array was replaced: check the layouts once
+        if old is None or arrays[0] is not old[0] or arrays[1] is not old[1] or (
+            not sgd and arrays[2] is not old[2]
+        ):  # first step, or an array was replaced: check the layouts once
             seen[0], seen[1] = arrays, loops.get(a.dtype) if _choose(g, arrays, sgd) else None
         loop = seen[1]
         if loop is None or (not sgd and group["amsgrad"]):
             opt.update_one(p, g, group)
             return
         lr, wd = group["lr"], group["weight_decay"]
-        decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
-        coupled = bool(wd) and not decoupled
         if sgd:
-            mom, damp = group["momentum"], group["dampening"]
-            flags = (coupled, decoupled, bool(mom), False, bool(group["nesterov"]))
-            if mom and buf is None:
-                buf = st["momentum_buffer"] = np.empty_like(a)
-                seen[0] = (a, buf)
-                loop(a, g, buf, lr, wd, mom, damp, (*flags[:3], True, flags[4]))
-            else:
-                loop(a, g, a if buf is None else buf, lr, wd, mom, damp, flags)
+            mom = group["momentum"]
+            flags = 0
+            if wd:
+                flags = 2 if group.get("decoupled_weight_decay", False) else 1
+            if mom:
+                flags |= 20 if group["nesterov"] else 4  # momentum (4), Nesterov (16)
+                if buf is None:  # the first step seeds the buffer with the gradient (8)
+                    buf = st["momentum_buffer"] = np.empty_like(a)
+                    seen[0] = (a, buf)
+                    flags |= 8
+            loop(a, g, a if buf is None else buf, lr, wd, mom, group["dampening"], flags)
         else:
+            decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
             beta1, beta2 = group["betas"]
             st["step"] += 1
             t = st["step"]
             bc2_sqrt = math.sqrt(1.0 - beta2**t)
             loop(a, g, *arrays[1:], lr, wd, beta1, beta2, group["eps"] * bc2_sqrt,
-                 lr / (1.0 - beta1**t) * bc2_sqrt, coupled, decoupled)  # fmt: skip
+                 lr / (1.0 - beta1**t) * bc2_sqrt, bool(wd) and not decoupled,
+                 decoupled)  # fmt: skip
         p._version += 1
 
     return fwd

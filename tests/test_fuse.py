@@ -420,3 +420,53 @@ def test_an_op_after_an_update_does_not_join_a_loop_before_it():
         if compiled:
             assert run.fused_kernels >= 2, run.source
     assert all(_same_bits(a, b) for r0, r1 in zip(*runs, strict=True) for a, b in zip(r0, r1))
+
+
+def test_a_loop_writes_over_an_operand_that_dies_there_and_equals_eager():
+    """ReLU after a convolution and ReLU's VJP after pooling's run as one-op loops that write
+    over the array they read (it is dead from there): fewer live arrays, same bits."""
+    rng = np.random.default_rng(3)
+
+    def make():
+        return nn.Sequential(
+            nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 3)
+        )
+
+    batches = [
+        (rng.standard_normal((5, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, 5))
+        for _ in range(4)
+    ]
+    step = _assert_equal_runs(
+        make, OPTIMIZERS["sgd"], lambda m, x, y: F.cross_entropy(m(x), y), batches
+    )
+    src = step.source
+    conv = next(line for line in src.splitlines() if "# nn.conv2d" in line and "vjp" not in line)
+    relu = next(line for line in src.splitlines() if "fused[relu]" in line)
+    conv_out = conv.split("=")[0].strip()
+    assert f"o0={conv_out}" in relu, src  # ReLU wrote over the convolution's output
+    assert "fused[relu vjp0]" in src and "o0=" in src.split("fused[relu vjp0]")[0].splitlines()[-1]
+
+
+def test_an_operand_still_read_later_or_not_owned_is_never_written_over():
+    """x is read again after the ReLU, and a view of a parameter is the parameter's memory:
+    neither is given to a loop as its output, and compiled equals eager."""
+    rng = np.random.default_rng(4)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w0 = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+            self.w = tg.Parameter(tg.tensor(w0))
+
+        def forward(self, x):
+            h = x @ self.w
+            r = F.relu(h)  # h is read again below: not dead at the ReLU
+            v = F.relu(self.w.reshape(3, 4))  # a view of the parameter: never written over
+            return (r * h).sum() + v.sum()
+
+    batches = [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(4)]
+    step = _assert_equal_runs(M, OPTIMIZERS["sgd"], lambda m, x: m(x), batches)
+    assert "fused[relu]" in step.source and "fused[relu, mul]" in step.source, step.source
+    for line in step.source.splitlines():
+        if "fused[relu]" in line or "fused[relu, mul]" in line:
+            assert "o0=" not in line, step.source
