@@ -420,19 +420,23 @@ def _build_dcgan(framework: str, weights, batch, d) -> Bench:
     ones, zeros = tg.ones(len(batch[0])), tg.zeros(len(batch[0]))
 
     def dcgan_step(real: Any, noise: Any) -> Any:
-        # one tape per network; the generator's forward comes first so that its tape holds
-        # ``fake`` (the same arithmetic as PyTorch's order: no randomness, separate BN stats)
+        # PyTorch's order: D's gradient on the real batch first (its activations go then),
+        # then the generator on its own tape, D on the detached fake (the two gradients of D
+        # summed, as two backward calls accumulate them), and D on the fake for G's gradient
+        with tg.Tape(watch_parameters=False) as tape_d:
+            tape_d.watch(net_d)
+            err_real = F.binary_cross_entropy(net_d(real), ones)
+        grads_d = tape_d.gradient(err_real, net_d)
         with tg.Tape(watch_parameters=False) as tape_g:
             tape_g.watch(net_g)
             fake = net_g(noise)
             with tg.Tape(watch_parameters=False) as tape_d:
                 tape_d.watch(net_d)
-                err_d = (F.binary_cross_entropy(net_d(real), ones)
-                         + F.binary_cross_entropy(net_d(fake.detach()), zeros))
-            opt_d.step(tape_d.gradient(err_d, net_d))
+                err_fake = F.binary_cross_entropy(net_d(fake.detach()), zeros)
+            opt_d.step(grads_d + tape_d.gradient(err_fake, net_d))
             err_g = F.binary_cross_entropy(net_d(fake), ones)
         opt_g.step(tape_g.gradient(err_g, net_g))
-        return err_d, err_g
+        return err_real + err_fake, err_g
 
     def state_tg() -> dict[str, np.ndarray]:
         return {f"{p}{k}": np.array(v.numpy(), copy=True) for p, net in

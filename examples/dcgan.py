@@ -145,27 +145,31 @@ def train_step(netD, netG, optimizerD, optimizerG, criterion, real_cpu, noise):
     """(1) Update D: maximize log(D(x)) + log(1 - D(G(z))); (2) update G: maximize log(D(G(z))).
 
     Returns errD, errG, D(x), D(G(z)) before and after D's step, as the original prints them.
-    The generator's forward runs first so that its tape records ``fake``; D's batch norm
-    statistics do not depend on it, so the numbers are the original's.
+    As in the original, D's gradient on the real batch is taken (and D(x)'s activations freed)
+    before the generator runs; the generator's tape then records ``fake`` and D's pass over it.
+    The two gradients of D are summed, as the original's two ``backward`` calls accumulate them.
     """
     batch_size = real_cpu.shape[0]
     label_real = tg.full((batch_size,), real_label, dtype=real_cpu.dtype)
     label_fake = tg.full((batch_size,), fake_label, dtype=real_cpu.dtype)
+    # train with real
+    with tg.Tape(watch_parameters=False) as tape_d:
+        tape_d.watch(netD)
+        output = netD(real_cpu)
+        errD_real = criterion(output, label_real)
+    D_x = output.mean().item()
+    grads_d = tape_d.gradient(errD_real, netD)
     with tg.Tape(watch_parameters=False) as tape_g:
         tape_g.watch(netG)
         fake = netG(noise)
+        # train with fake
         with tg.Tape(watch_parameters=False) as tape_d:
             tape_d.watch(netD)
-            # train with real
-            output = netD(real_cpu)
-            errD_real = criterion(output, label_real)
-            D_x = output.mean().item()
-            # train with fake
             output = netD(fake.detach())
             errD_fake = criterion(output, label_fake)
-            D_G_z1 = output.mean().item()
-            errD = errD_real + errD_fake
-        optimizerD.step(tape_d.gradient(errD, netD))
+        D_G_z1 = output.mean().item()
+        errD = errD_real + errD_fake
+        optimizerD.step(grads_d + tape_d.gradient(errD_fake, netD))
         # fake labels are real for generator cost
         output = netD(fake)
         errG = criterion(output, label_real)
