@@ -119,7 +119,7 @@ def _recompute(
                 tape.watch(*inputs[:n])
                 out = fn(*args)
             sources = list(inputs)
-            grads = tape.gradient(out, sources, output_gradients=g)
+            grads = _needed(tape, out, sources, needs, g)
         else:
             with isolated(), Tape() as tape:
                 it = iter(inputs[:n])
@@ -128,10 +128,19 @@ def _recompute(
                 out = fn(*args)
             sources = [a for a, s in zip(args, spec, strict=True) if s is None]
             sources += _params_now(out, tape, n, inputs)
-            grads = [x._data for x in tape.gradient(out, sources, output_gradients=_wrap(g))]
+            grads = [x if x is None else x._data
+                     for x in _needed(tape, out, sources, needs, _wrap(g))]  # fmt: skip
     finally:
         gen.set_state(now)
     return tuple(gi if need else None for gi, need in zip(grads, needs, strict=True))
+
+
+def _needed(tape: Tape, out: Any, sources: list[Any], needs: Any, g: Any) -> list[Any]:
+    """The gradients of ``out`` for the sources whose gradient is asked for (None for the
+    others, which backward then does not compute: a first block's input, a frozen weight)."""
+    wanted = [s for s, need in zip(sources, needs, strict=True) if need]
+    it = iter(tape.gradient(out, wanted, output_gradients=g) if wanted else [])
+    return [next(it) if need else None for need in needs]
 
 
 def _params_now(out: Any, tape: Tape, n: int, inputs: Any) -> list[Tensor]:

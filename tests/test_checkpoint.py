@@ -150,3 +150,29 @@ def _backward_peak(ckpt: bool) -> int:
 def test_checkpointing_twelve_blocks_halves_peak_memory():
     plain, ck = _backward_peak(False), _backward_peak(True)
     assert ck <= 0.5 * plain, (ck, plain)
+
+
+def test_backward_computes_no_gradient_the_checkpoint_is_not_asked_for():
+    """The block's input needs no gradient (it is data): the recomputation's backward asks
+    only for the weight's, so the input's VJP never runs."""
+    from tapegrad._autodiff import apply, defprim
+
+    calls = {"x": 0, "w": 0}
+
+    def vjp_x(xp, g, ans, x, w):
+        calls["x"] += 1
+        return g * w
+
+    def vjp_w(xp, g, ans, x, w):
+        calls["w"] += 1
+        return (g * x).sum(axis=0)
+
+    mul = defprim("test.counted_mul", lambda x, w: x * w, (vjp_x, vjp_w), (0, 1))
+    w = tg.Parameter(tg.tensor(np.array([0.5, -1.0, 2.0])))
+    x = tg.tensor(np.arange(6.0).reshape(2, 3))
+    with tg.Tape() as tape:
+        loss = tg.checkpoint(lambda a: tg.tanh(apply(mul, a, w)), x).sum()
+    got = tape.gradient(loss, w).numpy()
+    want = ((1 - np.tanh(x.numpy() * w.numpy()) ** 2) * x.numpy()).sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert calls == {"x": 0, "w": 1}
