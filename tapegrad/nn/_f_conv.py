@@ -64,10 +64,6 @@ def _windows(xp_: Any, geom: Geom) -> Any:
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
-    if K.usable(x):  # one compiled pass, no padded copy
-        from .._kernels import conv  # noqa: PLC0415
-
-        return conv.im2col(x, geom)
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
     v = _windows(pad_array(x, geom.padding), geom)  # (C, kh, kw, N, Ho, Wo)
@@ -75,10 +71,6 @@ def _im2col_fwd(x: Any, geom: Geom) -> Any:
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
-    if K.usable(cols):  # one compiled pass, the same sums in the same order
-        from .._kernels import conv  # noqa: PLC0415
-
-        return conv.col2im(cols, geom)
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
@@ -134,6 +126,10 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
+    if K.usable(x, w, b):  # pixel-major columns, one GEMM per chunk (_kernels/conv_gemm.py)
+        from .._kernels import conv_gemm  # noqa: PLC0415
+
+        return conv_gemm.conv(x, w, b, geom, groups, _chunks(geom, w[0].size * groups))
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -141,11 +137,6 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     for a, z in _chunks(geom, wm.shape[-1] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
         y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
-        if K.usable(y, b):  # the planes copied out in one pass, the bias added on the way
-            from .._kernels import conv  # noqa: PLC0415
-
-            conv.unpack(y, b, out[a:z])
-            continue
         y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
         if b is None:
             out[a:z] = y
@@ -157,10 +148,6 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
 def _grad_cols(g: Any, groups: int) -> Any:
     """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
     n, o = g.shape[:2]
-    if K.usable(g):
-        from .._kernels import conv  # noqa: PLC0415
-
-        return conv.pack(g).reshape(groups, o // groups, -1)
     return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 
@@ -169,6 +156,10 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, g, w)
     if direct is not None:
         return direct.direct_input_grad(g, w, geom, groups)
+    if K.usable(g, w):
+        from .._kernels import conv_gemm  # noqa: PLC0415
+
+        return conv_gemm.input_grad(g, w, geom, groups, _chunks(geom, w[0].size * groups))
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -184,6 +175,11 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     direct = _direct(geom, groups, wshape, g, x)
     if direct is not None:
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
+    if K.usable(g, x):
+        from .._kernels import conv_gemm  # noqa: PLC0415
+
+        ckk = wshape[1] * wshape[2] * wshape[3] * groups
+        return conv_gemm.weight_grad(g, x, geom, groups, wshape, _chunks(geom, ckk))
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
