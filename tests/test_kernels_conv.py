@@ -113,6 +113,8 @@ GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)
     ((3, 32, 7, 7), 20, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # 1x1 s2 downsample
     ((2, 24, 4, 5), 1, (4, 4), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # one output pixel
     ((2, 20, 6, 7), 18, (3, 3), (3, 2), ((4, 4), (3, 5)), (1, 1), 1),  # padding past kernels
+    ((2, 64, 10, 18), 8, (3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1),  # channel-first columns
+    ((3, 128, 5, 6), 16, (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 1), 2),  # rows short: NHWC
 ]
 
 
@@ -134,6 +136,8 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     b = rng.standard_normal(o).astype(dtype)
     g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
+    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8
+    assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
     for fn, args in (
         (_f_conv._conv2d_fwd, (x, w, b, geom, groups)),
         (_f_conv._conv2d_fwd, (x, w, None, geom, groups)),

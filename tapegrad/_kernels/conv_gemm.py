@@ -18,6 +18,7 @@ from typing import Any
 
 from .._backend import np
 from . import jit
+from .conv import _pack
 
 U = np.uint64
 
@@ -141,21 +142,6 @@ def _nchw(gt, out, pt, pl):  # type: ignore[no-untyped-def]
                     of[d + k] = tf[src + k * U(cg)]
                 for k in range(U(x1), U(w_)):
                     of[d + k] = zero
-
-
-@jit()
-def _pack(g, out):  # type: ignore[no-untyped-def]
-    """out (O, n * HW) <- g (n, O, HW): the output gradient as the GEMMs' left operand, in
-    contiguous runs of one plane."""
-    n_, o_, hw = g.shape
-    gf = g.reshape(-1)
-    of = out.reshape(-1)
-    for o in range(o_):
-        for n in range(n_):
-            src = U((n * o_ + o) * hw)
-            dst = U((o * n_ + n) * hw)
-            for k in range(U(hw)):
-                of[dst + k] = gf[src + k]
 
 
 @jit()
