@@ -103,10 +103,11 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
 COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
 
-def _chunks(geom: Geom, ckk: int) -> list[tuple[int, int]]:
-    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample) fit the budget."""
+def _chunks(geom: Geom, ckk: int, extra: int = 0) -> list[tuple[int, int]]:
+    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample), plus ``extra`` elements
+    of other per-sample scratch, fit the budget."""
     n = geom.in_shape[0]
-    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1]))
+    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1] + extra))
     return [(i, min(n, i + per)) for i in range(0, n, per)]
 
 
@@ -148,8 +149,11 @@ def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any)
     return conv_gemm
 
 
-def _ckk(geom: Geom, groups: int, wshape: tuple[int, ...]) -> int:
-    return wshape[1] * wshape[2] * wshape[3] * groups
+def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The pixel-major path's chunks: its channels-last input copy counts against the budget, so
+    its temporaries stay within the channel-first path's."""
+    hp, wp = pm.padded_hw(geom)
+    return _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups, geom.in_shape[1] * hp * wp)
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
@@ -158,7 +162,7 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
         return direct.direct(x, w, b, geom, groups)
     pm = _pixel_major(geom, groups, w.shape, x, w, b)
     if pm is not None:
-        return pm.conv(x, w, b, geom, groups, _chunks(geom, _ckk(geom, groups, w.shape)))
+        return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -196,7 +200,7 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
         return direct.direct_input_grad(g, w, geom, groups)
     pm = _pixel_major(geom, groups, w.shape, g, w)
     if pm is not None:
-        return pm.input_grad(g, w, geom, groups, _chunks(geom, _ckk(geom, groups, w.shape)))
+        return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -214,7 +218,7 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
     pm = _pixel_major(geom, groups, wshape, g, x)
     if pm is not None:
-        return pm.weight_grad(g, x, geom, groups, wshape, _chunks(geom, _ckk(geom, groups, wshape)))
+        return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
