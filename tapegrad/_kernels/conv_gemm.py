@@ -2,16 +2,24 @@
 
 Each chunk of samples is first copied once into a zero-padded channels-last buffer
 (n, G, Hp, Wp, C/G); a column row is then one output pixel, kh runs of kw * C/G contiguous
-channels (one run per tap when dilated), so the gather copies long runs at any stride. The
-GEMMs use the orientations that OpenBLAS runs fastest at these shapes: the forward is
-(pixels, K) @ (K, O), whose (pixels, O) result is transposed into (n, O, Ho, Wo) in one pass
-(the bias added on the way); the input gradient multiplies the output gradient, packed as
-(O, pixels) in plane-long runs and read transposed, by the (O, K) weights, and the columns are
-added back into the channels-last buffer, then copied out as (n, C, H, W); the weight gradient
-is (O, pixels) @ (pixels, K), summed over chunks. K is ordered (kh, kw, C/G), the weights are
-permuted to match. Imported only when numba is selected.
-"""
+channels (one run per tap when dilated), so the gather copies long runs at any stride (the
+channel-first columns of ``conv.im2col`` copy runs of Wo, gathered at the stride: 4 GB/s at
+stride 2). K is ordered (kh, kw, C/G); the weights are permuted to match. The GEMMs take the
+orientations OpenBLAS ran fastest at the benchmark shapes (one thread): the forward is
+(pixels, K) @ (K, O), 1.2-2.2x faster than (O, K) @ (pixels, K)^T, and its (pixels, O) result
+is transposed into (n, O, Ho, Wo) in one pass with the bias; the input gradient multiplies the
+output gradient, packed as (O, pixels) in plane-long runs and read transposed by BLAS, by the
+(O, K) weights, adds the columns back into the channels-last buffer and copies it out
+channel-first; the weight gradient is (O, pixels) @ (pixels, K) per chunk, summed.
 
+Measured (forward + both gradients of one layer, one thread, CPU time; channel-first before,
+pixel-major after, PyTorch's oneDNN): DCGAN 4x4 stride-2 3->16 15.6 -> 10.4 ms (13.1),
+16->32 19.8 -> 13.2 (14.5), 32->64 13.9 -> 12.5 (10.9), 64->128 12.4 -> 11.4 (9.3); 3x3 16->32
+on 8x8 5.4 -> 4.6 (2.8). The GEMMs are now about three quarters of the time. At 64+ channels
+on rows 8+ pixels wide the transposes cost more than they save and ``_f_conv._pixel_major``
+keeps the channel-first path. Serial kernels (see docs/design.md for why no threads).
+Imported only when numba is selected.
+"""
 from __future__ import annotations
 
 from typing import Any

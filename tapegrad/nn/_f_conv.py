@@ -6,7 +6,8 @@ col2im is its adjoint: it adds each window back where it came from (kh * kw stri
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
 differentiates to any order. Stride-1 convolutions with few channels run compiled direct
-kernels instead (``_direct``).
+kernels instead (``_direct``); with numba, the others with fewer than 64 channels per group (or
+short output rows) build pixel-major columns instead (``_pixel_major``, _kernels/conv_gemm.py).
 """
 
 
