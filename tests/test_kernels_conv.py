@@ -420,3 +420,21 @@ def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
     for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
         ours = _f_conv._bias_grad_fwd(arr, arr.shape)
         _close(ours, arr.sum(axis=(0, 2, 3)), dtype)
+
+
+def test_gemm_conv_of_an_empty_batch_matches_torch():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 6, 4, 4))
+    x = tg.tensor(np.zeros((0, 6, 9, 9)))
+    wt = tg.tensor(w)
+    with tg.Tape() as tape:
+        tape.watch(x, wt)
+        y = F.conv2d(x, wt, stride=2, padding=1)
+        loss = y.sum()
+    gx, gw = tape.gradient(loss, [x, wt])
+    ty = torch.nn.functional.conv2d(
+        torch.zeros(0, 6, 9, 9, dtype=torch.float64), torch.from_numpy(w), stride=2, padding=1
+    )
+    assert y.shape == tuple(ty.shape) == (0, 8, 4, 4)
+    assert gx.shape == (0, 6, 9, 9)
+    np.testing.assert_array_equal(gw.numpy(), np.zeros_like(w))

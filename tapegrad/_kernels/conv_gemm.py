@@ -190,7 +190,7 @@ def _wmat(w: Any, groups: int) -> Any:
 
 
 def _most(chunks: Any) -> int:
-    return max(z - a for a, z in chunks)
+    return max((z - a for a, z in chunks), default=0)
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any, groups: int, chunks: Any) -> Any:

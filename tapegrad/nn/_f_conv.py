@@ -227,6 +227,8 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
             _grad_cols(g[a:z], groups), cols.reshape(groups, -1, cols.shape[-1]).swapaxes(-1, -2)
         )
         acc = part if acc is None else np.add(acc, part, out=acc)
+    if acc is None:  # an empty batch
+        return xp_of(x).zeros(wshape, dtype=np.result_type(g.dtype, x.dtype))
     return acc.reshape(wshape)
 
 
