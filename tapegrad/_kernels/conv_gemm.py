@@ -175,8 +175,6 @@ def padded_hw(geom: Any) -> tuple[int, int]:
     return (ho - 1) * sh + (kh - 1) * dh + 1, (wo - 1) * sw + (kw - 1) * dw + 1
 
 
-
-
 def _dims(geom: Any, groups: int) -> tuple[int, ...]:
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     hp, wp = padded_hw(geom)
