@@ -1,5 +1,5 @@
-"""Direct convolution, transposed convolution and batch-norm kernels against their numpy
-references and PyTorch.
+"""Direct and im2col + GEMM convolution, transposed convolution and batch-norm kernels against
+their numpy references and PyTorch.
 
 The compiled kernels sum in another order than the numpy reference, so they are compared to
 float rounding (float64: 1e-12 relative; float32: 1e-5). Through the public functions, forward
@@ -102,6 +102,65 @@ def test_many_channels_and_strides_keep_the_gemm():
     strided = geom._replace(stride=(2, 1))
     assert _f_conv._direct(strided, 1, (4, 64, 3, 3), x) is None
     assert _f_conv._direct(geom, 1, (4, 64, 3, 3), x.astype(np.float16)) is None
+
+
+GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation, groups
+    ((5, 16, 12, 12), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # DCGAN's 4x4 s2 p1
+    ((3, 3, 13, 11), 20, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # odd sizes, 3 channels
+    ((4, 16, 8, 8), 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # stride 1, 3x3
+    ((3, 12, 9, 10), 24, (3, 2), (2, 3), ((2, 0), (1, 2)), (1, 1), 3),  # asymmetric, groups
+    ((2, 8, 11, 9), 32, (3, 3), (1, 2), ((2, 2), (0, 3)), (2, 3), 2),  # dilation, groups
+    ((3, 32, 7, 7), 20, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # 1x1 s2 downsample
+    ((2, 24, 4, 5), 1, (4, 4), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # one output pixel
+    ((2, 20, 6, 7), 18, (3, 3), (3, 2), ((4, 4), (3, 5)), (1, 1), 1),  # padding past kernels
+    ((2, 64, 10, 18), 8, (3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1),  # channel-first columns
+    ((3, 128, 5, 6), 16, (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 1), 2),  # rows short: NHWC
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d", "groups"), GEMM_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
+def test_gemm_conv_kernels_equal_the_numpy_reference(
+    monkeypatch, shape, o, k, s, pad, d, groups, dtype, budget
+):
+    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
+    rng = np.random.default_rng(3)
+    n, c, h, w_ = shape
+    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, c // groups, *k)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
+    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
+    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8
+    assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
+    for fn, args in (
+        (_f_conv._conv2d_fwd, (x, w, b, geom, groups)),
+        (_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
+        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+    ):
+        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+
+
+@numba_only
+def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
+    rng = np.random.default_rng(4)
+    geom = _f_conv.Geom((3, 16, 9, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
+    x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    w = rng.standard_normal((24, 16, 4, 4)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, 24, 4, 4)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    for fn, args in (
+        (_f_conv._conv2d_fwd, (x, w, None, geom, 1)),
+        (_f_conv._input_grad_fwd, (g, w, geom, 1)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, 1, w.shape)),
+    ):
+        _close(fn(*args), _reference(monkeypatch, fn, *args), np.float32)
 
 
 CONV_TORCH = [  # shape, O, kernel, stride, padding, dilation, groups
@@ -361,3 +420,21 @@ def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
     for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
         ours = _f_conv._bias_grad_fwd(arr, arr.shape)
         _close(ours, arr.sum(axis=(0, 2, 3)), dtype)
+
+
+def test_gemm_conv_of_an_empty_batch_matches_torch():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 6, 4, 4))
+    x = tg.tensor(np.zeros((0, 6, 9, 9)))
+    wt = tg.tensor(w)
+    with tg.Tape() as tape:
+        tape.watch(x, wt)
+        y = F.conv2d(x, wt, stride=2, padding=1)
+        loss = y.sum()
+    gx, gw = tape.gradient(loss, [x, wt])
+    ty = torch.nn.functional.conv2d(
+        torch.zeros(0, 6, 9, 9, dtype=torch.float64), torch.from_numpy(w), stride=2, padding=1
+    )
+    assert y.shape == tuple(ty.shape) == (0, 8, 4, 4)
+    assert gx.shape == (0, 6, 9, 9)
+    np.testing.assert_array_equal(gw.numpy(), np.zeros_like(w))

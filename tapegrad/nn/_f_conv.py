@@ -6,7 +6,8 @@ col2im is its adjoint: it adds each window back where it came from (kh * kw stri
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
 differentiates to any order. Stride-1 convolutions with few channels run compiled direct
-kernels instead (``_direct``).
+kernels instead (``_direct``); with numba, the others with fewer than 64 channels per group (or
+short output rows) build pixel-major columns instead (``_pixel_major``, _kernels/conv_gemm.py).
 """
 
 
@@ -103,10 +104,11 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
 COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
 
-def _chunks(geom: Geom, ckk: int) -> list[tuple[int, int]]:
-    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample) fit the budget."""
+def _chunks(geom: Geom, ckk: int, extra: int = 0) -> list[tuple[int, int]]:
+    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample), plus ``extra`` elements
+    of other per-sample scratch, fit the budget."""
     n = geom.in_shape[0]
-    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1]))
+    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1] + extra))
     return [(i, min(n, i + per)) for i in range(0, n, per)]
 
 
@@ -130,10 +132,38 @@ def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> A
     return conv
 
 
+PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
+
+
+def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
+    """The compiled pixel-major (NHWC) im2col + GEMM module when it serves this convolution.
+
+    Its runs are kw * C/G channels long and cost two transposes (input in, output out); the
+    channel-first columns' runs are Wo long. Measured (one core, CPU time, forward + both
+    gradients): pixel-major 1.1-1.5x faster on every (h) and (e) layer (C/G <= 64, or Wo = 4),
+    channel-first 1.2x faster on (i)'s 64- and 128-channel layers at 14 and 28 pixels wide.
+    """
+    if (wshape[1] >= PIXEL_MAJOR_CHANNELS and geom.out_hw[1] >= 8) or not K.usable(*arrays):
+        return None
+    from .._kernels import conv_gemm  # noqa: PLC0415
+
+    return conv_gemm
+
+
+def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The pixel-major path's chunks: its channels-last input copy counts against the budget, so
+    its temporaries stay within the channel-first path's."""
+    hp, wp = pm.padded_hw(geom)
+    return _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups, geom.in_shape[1] * hp * wp)
+
+
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
+    pm = _pixel_major(geom, groups, w.shape, x, w, b)
+    if pm is not None:
+        return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -169,6 +199,9 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, g, w)
     if direct is not None:
         return direct.direct_input_grad(g, w, geom, groups)
+    pm = _pixel_major(geom, groups, w.shape, g, w)
+    if pm is not None:
+        return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -184,6 +217,9 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     direct = _direct(geom, groups, wshape, g, x)
     if direct is not None:
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
+    pm = _pixel_major(geom, groups, wshape, g, x)
+    if pm is not None:
+        return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
@@ -191,6 +227,8 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
             _grad_cols(g[a:z], groups), cols.reshape(groups, -1, cols.shape[-1]).swapaxes(-1, -2)
         )
         acc = part if acc is None else np.add(acc, part, out=acc)
+    if acc is None:  # an empty batch
+        return xp_of(x).zeros(wshape, dtype=np.result_type(g.dtype, x.dtype))
     return acc.reshape(wshape)
 
 
