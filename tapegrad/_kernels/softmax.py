@@ -35,6 +35,20 @@ def _bits_to_f32(typingctx, x):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+@intrinsic
+def _bits_to_float(typingctx, x):  # type: ignore[no-untyped-def]
+    """The float of ``x``'s width (int32: float32, int64: float64) whose bits are ``x``."""
+    if x == types.int32:
+        sig, ty = types.float32(types.int32), ir.FloatType()
+    else:
+        sig, ty = types.float64(types.int64), ir.DoubleType()
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ty)
+
+    return sig, codegen
+
+
 def fexp(x: Any) -> Any:
     """``exp(x)`` in the kernels: the polynomial for float32, ``np.exp`` for float64."""
     return np.exp(x)
@@ -118,47 +132,107 @@ def exp_row(s, m):  # type: ignore[no-untyped-def]
     return row_sum(s)
 
 
+@jit(fastmath={"reassoc", "contract"})
+def flat_sum(a, b, n):  # type: ignore[no-untyped-def]
+    """The sum of ``a[b:b + n]`` (flat ``a``), reassociated so that it vectorises."""
+    s = a.dtype.type(0)
+    for j in range(U(n)):
+        s += a[b + j]
+    return s
+
+
+@jit(fastmath={"reassoc", "contract"})
+def flat_dot(a, c, b, n):  # type: ignore[no-untyped-def]
+    """``sum(a[b:b + n] * c[b:b + n])`` (flat arrays), reassociated so that it vectorises."""
+    s = a.dtype.type(0)
+    for j in range(U(n)):
+        s += a[b + j] * c[b + j]
+    return s
+
+
+def as_int(a: Any) -> Any:
+    """``a`` (float32 / float64) viewed as integers of its width, for ``flat_max``."""
+    return a.view(np.int32 if a.dtype == np.float32 else np.int64)
+
+
+@overload(as_int)
+def _as_int(a):  # type: ignore[no-untyped-def]
+    if a.dtype == types.float32:
+        return lambda a: a.view(np.int32)
+    return lambda a: a.view(np.int64)
+
+
+def _int_consts(ai: Any) -> Any:
+    """The sign shift, the magnitude mask and the lowest value of ``ai``'s integer type."""
+    raise NotImplementedError  # compiled only
+
+
+@overload(_int_consts)
+def _int_consts_impl(ai):  # type: ignore[no-untyped-def]
+    if ai.dtype == types.int32:
+        return lambda ai: (np.int32(31), np.int32(0x7FFFFFFF), np.int32(-0x80000000))
+    return lambda ai: (
+        np.int64(63), np.int64(0x7FFFFFFFFFFFFFFF), np.int64(-0x8000000000000000)
+    )
+
+
+@jit()
+def flat_max(ai, b, n):  # type: ignore[no-untyped-def]
+    """The maximum of ``a[b:b + n]`` for a flat float array ``a`` given as ``ai = as_int(a)``
+    (made once by the caller: a view made per row costs more than a short row), compared as
+    integers: a float's bits with the magnitude bits flipped when it is negative order as the
+    floats do, and an integer maximum vectorises where a float one does not (3x on rows of
+    64). A NaN with the sign bit clear is the maximum, one with it set is below -inf; an empty
+    range gives that negative NaN."""
+    it = ai.dtype.type
+    sh, mag, m = _int_consts(ai)
+    for j in range(U(n)):
+        v = ai[b + j]
+        m = max(m, it(v ^ ((v >> sh) & mag)))
+    return _bits_to_float(it(m ^ ((m >> sh) & mag)))
+
+
 @jit()
 def _softmax(x, out, log):  # type: ignore[no-untyped-def]
     n_r, n_c = x.shape
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    dt = x.dtype.type
+    xi = as_int(xf)
     for r in range(n_r):
-        xr = x[r]
-        o = out[r]
-        m = row_max(xr)
+        b = U(r * n_c)
+        m = flat_max(xi, b, n_c)
         if not np.isfinite(m):  # as the reference's max shift: none when the max is not finite
-            m = x.dtype.type(0)
+            m = dt(0)
+        for j in range(U(n_c)):
+            of[b + j] = fexp(xf[b + j] - m)
+        tot = flat_sum(of, b, n_c)
         if log:
+            lse = np.log(tot)
             for j in range(U(n_c)):
-                o[j] = fexp(xr[j] - m)
-            lse = np.log(row_sum(o))
-            for j in range(U(n_c)):
-                o[j] = xr[j] - m - lse
+                of[b + j] = (xf[b + j] - m) - lse
         else:
+            inv = dt(1) / tot if tot != 0 else dt(np.nan)  # 0 / 0, as numpy
             for j in range(U(n_c)):
-                o[j] = xr[j] - m
-            tot = exp_row(o, x.dtype.type(0))
-            inv = x.dtype.type(1) / tot if tot != 0 else x.dtype.type(np.nan)  # 0 / 0, as numpy
-            for j in range(U(n_c)):
-                o[j] *= inv
+                of[b + j] *= inv
 
 
 @jit()
 def _softmax_grad(g, y, out, log):  # type: ignore[no-untyped-def]
     n_r, n_c = y.shape
+    gf = g.reshape(-1)
+    yf = y.reshape(-1)
+    of = out.reshape(-1)
     for r in range(n_r):
-        gr = g[r]
-        yr = y[r]
-        o = out[r]
+        b = U(r * n_c)
         if log:  # g - exp(y) * sum(g)
-            c = row_sum(gr)
+            c = flat_sum(gf, b, n_c)
             for j in range(U(n_c)):
-                o[j] = gr[j] - fexp(yr[j]) * c
+                of[b + j] = gf[b + j] - fexp(yf[b + j]) * c
         else:  # y * (g - sum(g * y))
+            c = flat_dot(gf, yf, b, n_c)
             for j in range(U(n_c)):
-                o[j] = gr[j] * yr[j]
-            c = row_sum(o)
-            for j in range(U(n_c)):
-                o[j] = yr[j] * (gr[j] - c)
+                of[b + j] = yf[b + j] * (gf[b + j] - c)
 
 
 def _rows(a: Any) -> Any:
