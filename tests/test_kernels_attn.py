@@ -77,6 +77,25 @@ def test_row_max_and_sum(n):
     np.testing.assert_allclose(KS.row_sum(a), a.sum(dtype=np.float64), rtol=1e-5, atol=1e-6)
 
 
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 16, 65])
+def test_flat_max_orders_floats_as_integers(dtype, n):
+    from tapegrad._kernels import softmax as KS
+
+    rng = np.random.default_rng(n)
+    a = np.concatenate([[7.0], rng.standard_normal(n) * 1e3, [5.0]]).astype(dtype)
+    ai = KS.as_int(a)
+    assert KS.flat_max(ai, np.uint64(1), n) == a[1 : 1 + n].max()  # an offset run
+    neg = -np.abs(a)  # all negative: the flipped magnitude bits order them
+    assert KS.flat_max(KS.as_int(neg), np.uint64(0), a.size) == neg.max()
+    special = np.array([-np.inf, -0.0, -1e-30, -np.inf], dtype)
+    assert KS.flat_max(KS.as_int(special), np.uint64(0), 4) == dtype(-0.0)
+    assert KS.flat_max(KS.as_int(special), np.uint64(3), 1) == -np.inf
+    special[1] = np.nan
+    assert np.isnan(KS.flat_max(KS.as_int(special), np.uint64(0), 4))
+
+
 # --------------------------------------------------------------------------------------------
 # nn.attention: kernel against the numpy reference
 # --------------------------------------------------------------------------------------------

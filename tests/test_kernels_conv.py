@@ -210,7 +210,9 @@ def test_conv_transpose2d_second_order_matches_torch():
 # batch norm
 # --------------------------------------------------------------------------------------------
 
-BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4)]
+# planes of at most 32 elements take the (N, C * M) kernels, larger ones the per-channel ones
+BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4), (3, 5, 4, 4),
+             (2, 3, 6, 7), (1, 2, 9, 9)]
 
 
 @numba_only
@@ -218,6 +220,9 @@ BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4)]
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine, dtype):
+    from tapegrad._kernels import batchnorm
+
+    assert batchnorm.SMALL_PLANE == 32  # the shapes above sit on both sides of it
     rng = np.random.default_rng(6)
     x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)  # a mean far from zero
     c = shape[1]

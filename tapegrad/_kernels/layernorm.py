@@ -4,8 +4,14 @@ numpy's layer norm makes a pass over the whole array per step (mean, subtract, s
 scale, affine; backward twice as many), each broadcasting per-row statistics along rows of
 64-128 elements. Here each row is read into cache once and finished there: two-pass mean and
 variance (as the reference), the affine map on the way out; backward recomputes the row's two
-statistics from the input (nothing but the input is saved) and adds the weight and bias
-gradients into float64 column sums. Imported only when numba is selected.
+statistics from the input (nothing but the input is saved), then one pass per row gives the
+two row sums of the input gradient and the weight and bias gradients' terms (summed in x's
+dtype over blocks of 32 rows, then into float64), and one more writes the input gradient.
+Rows are indexed flat at their offsets (no view per row) and the kernels allow reassociation
+(``fastmath`` reassoc/contract), so the sums vectorise. Measured alone on (1024, 128) float32,
+one thread: forward 0.14 -> 0.04 ms, backward 0.25 -> 0.10 ms (PyTorch with two threads:
+0.06 and 0.12). Serial: the kernels now beat PyTorch's two threads without a second thread.
+Imported only when numba is selected.
 """
 
 from __future__ import annotations

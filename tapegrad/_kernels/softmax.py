@@ -5,9 +5,14 @@ broadcasts along short rows; here each row is read once into cache and finished 
 float32 ``exp`` is a polynomial (Cephes' ``expf``: ``2^n * p(r)``, ``|r| <= ln(2) / 2``,
 within 1 ulp of the correctly rounded result over the range softmax uses) with ``2^n`` built
 from the exponent bits, so LLVM vectorises the row loop; arguments below -87.3 give 0 (no
-subnormals), NaN stays NaN. float64 uses numpy's ``exp``. Row sums and maxima use eight
-accumulators, so they vectorise without reordering flags. Imported only when numba is
-selected.
+subnormals), NaN stays NaN. float64 uses numpy's ``exp``. ``row_sum`` and ``row_max`` (used by
+the attention kernel) keep eight accumulators. The softmax kernels index the flat arrays at
+each row's offset (a view per row costs reference counting, more than a row of 64), sum with
+reassociation allowed in small helpers (``flat_sum``, ``flat_dot``: the exp itself is compiled
+without it, its range reduction depends on the order) and take a row's maximum on the floats'
+bits as integers (``flat_max``: numba's float maximum does not vectorise). Measured on rows of
+64 (4096 rows, float32, one thread): forward 0.34 -> 0.22 ms (the exp is 0.14 of it),
+backward 0.18 -> 0.045 ms. Imported only when numba is selected.
 """
 
 from __future__ import annotations
