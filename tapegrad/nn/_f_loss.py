@@ -375,10 +375,49 @@ def binary_cross_entropy(
             f"{float(b.min())} max {float(b.max())}; rescale the targets (e.g. labels in "
             "{-1, 1}: (t + 1) / 2)"
         )
+    if weight is None and x.size:
+        check_reduction(reduction, "binary_cross_entropy")
+        total = reduction != "none"
+        return apply(_BCE, x, t, scale=1.0 / x.size if reduction == "mean" else 1.0, total=total)
     loss = -(t * _clamped_log(x) + (1.0 - t) * _clamped_log(1.0 - x))
     return reduce_loss(
         _times_weight(loss, weight, "binary_cross_entropy"), reduction, "binary_cross_entropy"
     )
+
+
+def _bce_logs(xp: Any, x: Any) -> tuple[Any, Any]:
+    """``max(log(x), -100)`` and ``max(log(1 - x), -100)`` (log(0) is -inf, then clamped)."""
+    with np.errstate(divide="ignore"):
+        return xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log(1.0 - x), -100.0)
+
+
+def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    lx, l1x = _bce_logs(xp_of(x), x)
+    loss = -(t * lx + (1.0 - t) * l1x)
+    if not total:
+        return loss
+    return xp_of(x).asarray(loss.sum() * scale, dtype=x.dtype)
+
+
+def _bce_vjp_t(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
+    lx, l1x = _bce_logs(xp, x)
+    return (g * scale) * (l1x - lx)
+
+
+# Binary cross-entropy on probabilities, without a weight, as one primitive: the clamped logs,
+# products and reduction were about fifteen recorded ops, the whole cost of a DCGAN's loss on
+# 64 outputs (0.41 ms fwd+bwd against PyTorch's 0.11). The gradients are PyTorch's formulas:
+# ``(x - t) / max(x (1 - x), 1e-12)`` for x and the difference of the clamped logs for t.
+_BCE = defprim(
+    "nn.binary_cross_entropy",
+    _bce_fwd,
+    (
+        lambda xp, g, ans, x, t, scale, total: (g * scale) * (x - t)
+        / xp.maximum((1.0 - x) * x, 1e-12),
+        _bce_vjp_t,
+    ),
+    (0, 1),
+)
 
 
 def _clamped_log(p: Tensor) -> Tensor:
