@@ -12,7 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .._autodiff import Primitive, apply, defprim, is_capturing
+from .. import _kernels as K
+from .._autodiff import PRIMITIVES, Primitive, apply, defprim, is_capturing
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
@@ -362,14 +363,14 @@ def binary_cross_entropy(
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "binary_cross_entropy")
     a = x._data
-    if a.size and bool(((a < 0) | (a > 1)).any()):
+    if a.size and _outside_unit(a):
         raise ValueError(
             "binary_cross_entropy: input values must be probabilities in [0, 1], got min "
             f"{float(a.min())} max {float(a.max())}; for logits use "
             "binary_cross_entropy_with_logits"
         )
     b = t._data
-    if b.size and bool(((b < 0) | (b > 1)).any()):  # NaN passes through, as in PyTorch
+    if b.size and _outside_unit(b):  # NaN passes through, as in PyTorch
         raise ValueError(
             "binary_cross_entropy: target values must be in [0, 1], got min "
             f"{float(b.min())} max {float(b.max())}; rescale the targets (e.g. labels in "
@@ -385,13 +386,31 @@ def binary_cross_entropy(
     )
 
 
+def _outside_unit(a: Any) -> bool:
+    """Whether the array ``a`` holds a value outside [0, 1] (NaN does not count)."""
+    if K.usable(a) and a.flags.c_contiguous:  # one pass, no temporaries
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        return elementwise.outside_unit(a)
+    return bool(((a < 0) | (a > 1)).any())
+
+
 def _bce_logs(xp: Any, x: Any) -> tuple[Any, Any]:
     """``max(log(x), -100)`` and ``max(log(1 - x), -100)`` (log(0) is -inf, then clamped)."""
     with np.errstate(divide="ignore"):
         return xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log(1.0 - x), -100.0)
 
 
+def _bce_kernel(x: Any, t: Any) -> bool:
+    """Whether the compiled binary cross-entropy kernels take these arrays."""
+    return K.usable(x, t) and x.shape == t.shape and x.flags.c_contiguous and t.flags.c_contiguous
+
+
 def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    if _bce_kernel(x, t):  # one pass (the formula below is about ten numpy calls)
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        return elementwise.bce(x, t, scale, total, logits=False)
     lx, l1x = _bce_logs(xp_of(x), x)
     loss = -(t * lx + (1.0 - t) * l1x)
     if not total:
@@ -399,9 +418,24 @@ def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
     return xp_of(x).asarray(loss.sum() * scale, dtype=x.dtype)
 
 
-def _bce_vjp_t(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
-    lx, l1x = _bce_logs(xp, x)
-    return (g * scale) * (l1x - lx)
+def _bce_vjp(i: int, logits: bool) -> Any:
+    """The VJP of (logits) binary cross-entropy for input ``i``: one compiled pass on arrays."""
+
+    def vjp(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
+        if not xp.tensors and _bce_kernel(x, t) and K.usable(g, x):
+            from .._kernels import elementwise  # noqa: PLC0415
+
+            return elementwise.bce_grads(g, x, t, scale, (i == 0, i == 1), logits)[i]
+        if logits:
+            if i == 0:
+                return (g * scale) * (xp.apply(_SIGMOID, x) - t)
+            return (g * -scale) * x
+        if i == 0:
+            return (g * scale) * (x - t) / xp.maximum((1.0 - x) * x, 1e-12)
+        lx, l1x = _bce_logs(xp, x)
+        return (g * scale) * (l1x - lx)
+
+    return vjp
 
 
 # Binary cross-entropy on probabilities, without a weight, as one primitive: the clamped logs,
@@ -411,11 +445,32 @@ def _bce_vjp_t(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: b
 _BCE = defprim(
     "nn.binary_cross_entropy",
     _bce_fwd,
-    (
-        lambda xp, g, ans, x, t, scale, total: (g * scale) * (x - t)
-        / xp.maximum((1.0 - x) * x, 1e-12),
-        _bce_vjp_t,
-    ),
+    (_bce_vjp(0, False), _bce_vjp(1, False)),
+    (0, 1),
+)
+
+
+_SIGMOID = PRIMITIVES["sigmoid"]
+
+
+def _bce_logits_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    if _bce_kernel(x, t):
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        return elementwise.bce(x, t, scale, total, logits=True)
+    xp = xp_of(x)
+    loss = (1.0 - t) * x + (xp.maximum(-x, 0) + xp.log1p(xp.exp(-xp.abs(x))))
+    if not total:
+        return loss
+    return xp.asarray(loss.sum() * scale, dtype=x.dtype)
+
+
+# With logits, without weights: one primitive too (PyTorch's formula,
+# ``(1 - t) x + max(-x, 0) + log1p(exp(-|x|))``; gradients ``sigmoid(x) - t`` and ``-x``).
+_BCE_LOGITS = defprim(
+    "nn.binary_cross_entropy_with_logits",
+    _bce_logits_fwd,
+    (_bce_vjp(0, True), _bce_vjp(1, True)),
     (0, 1),
 )
 
@@ -447,6 +502,10 @@ def binary_cross_entropy_with_logits(
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "binary_cross_entropy_with_logits")
+    if weight is None and pos_weight is None and x.size:
+        check_reduction(reduction, "binary_cross_entropy_with_logits")
+        scale = 1.0 / x.size if reduction == "mean" else 1.0
+        return apply(_BCE_LOGITS, x, t, scale=scale, total=reduction != "none")
     sp = E.softplus(-x)  # log(1 + exp(-x)), linear beyond the threshold: never overflows
     if pos_weight is None:
         loss = (1.0 - t) * x + sp
