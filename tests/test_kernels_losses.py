@@ -121,3 +121,95 @@ def test_bce_range_check_names_the_values():
         F.binary_cross_entropy(tg.tensor([0.5, 0.5]), tg.tensor([1.0, 2.0]))
     y = F.binary_cross_entropy(tg.tensor([np.nan, 0.5]), tg.tensor([1.0, 0.0]), reduction="none")
     assert np.isnan(y.numpy()[0])  # NaN passes the check, as in PyTorch
+
+
+# --------------------------------------------------------------------------------------------
+# cross-entropy on (N, C) logits: class indices and probability targets
+# --------------------------------------------------------------------------------------------
+
+
+def _logits(rng, shape, dtype, special):
+    x = rng.standard_normal(shape) * 3
+    if special:
+        x[0] += 1e4  # shifted logits
+        if shape[0] > 2:
+            x[1, 0] = -np.inf  # a class that can never be picked
+            x[2, 1] = np.nan  # a NaN row
+    return x.astype(dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(64, 10), (1, 3), (5, 7)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("total", [False, True])
+def test_cross_entropy_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype, total):
+    rng = np.random.default_rng(shape[0])
+    x = _logits(rng, shape, dtype, special=not total)
+    t = rng.integers(1, shape[1], shape[0]).astype(np.int64)
+    coef = rng.uniform(0.0, 2.0, shape[0]).astype(dtype)
+    assert L._ce_kernel(x, t, coef)
+    with np.errstate(invalid="ignore"):
+        _close(L._ce_fwd(x, t, coef, total), _reference(monkeypatch, L._ce_fwd, x, t, coef, total),
+               dtype)
+        g = np.asarray(0.5, dtype) if total else rng.standard_normal(shape[0]).astype(dtype)
+        got = L._ce_grad_fwd(x, g, t, coef, total)
+        want = _reference(monkeypatch, L._ce_grad_fwd, x, g, t, coef, total)
+    _close(got, want, dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(128, 128), (1, 4), (6, 9)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("total,scale", [(False, 1.0), (True, 0.25)])
+def test_probability_cross_entropy_kernels_equal_the_numpy_reference(
+    monkeypatch, shape, dtype, total, scale
+):
+    rng = np.random.default_rng(shape[1])
+    x = _logits(rng, shape, dtype, special=not total)
+    t = rng.random(shape).astype(dtype)
+    t /= t.sum(1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        y = L._ce_probs_fwd(x, t, scale, total)
+        # the reference in float64: at logits near 1e4 the kernel subtracts the row's maximum
+        # before the log-sum-exp, the float32 reference after it (1e-5 less accurate)
+        x64, t64 = x.astype(np.float64), t.astype(np.float64)
+        ref = _reference(monkeypatch, L._ce_probs_fwd, x64, t64, scale, total).astype(dtype)
+        _close(y, ref, dtype)
+        g = np.asarray(1.5, dtype) if total else rng.standard_normal(shape[0]).astype(dtype)
+        for i in (0, 1):
+            vjp = L._ce_probs_vjp(i)
+            got = vjp(ARRAYS, g, y, x, t, scale, total)
+            want = _reference(monkeypatch, vjp, ARRAYS, g, y, x, t, scale, total)
+            ok = np.isfinite(want)  # -inf logits: inf * 0 in the reference's log-softmax
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want) & ~np.isinf(x))
+            _close(np.where(ok, got, 0), np.where(ok, want, 0), dtype)
+    xs = np.repeat(x, 2, axis=1)[:, ::2]  # strided: the numpy formula
+    assert not L._ce_probs_kernel(xs, t)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_fused_cross_entropy_paths_match_torch(dtype, reduction):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 5)).astype(dtype)
+    t = np.array([0, 4, -100, 2, 2, 1])
+    p = rng.random((6, 5)).astype(dtype)
+    p /= p.sum(1, keepdims=True)
+    rtol = 1e-5 if dtype == np.float32 else 1e-10
+    tf = torch.nn.functional
+    for target, ttarget in ((tg.tensor(t), torch.tensor(t)), (tg.tensor(p), torch.tensor(p))):
+        xt = tg.tensor(x)
+        with tg.Tape() as tape:
+            tape.watch(xt)
+            y = F.cross_entropy(xt, target, reduction=reduction)
+            loss = (y * y).sum()
+        (gx,) = tape.gradient(loss, [xt])
+        a = torch.tensor(x, requires_grad=True)
+        ty = tf.cross_entropy(a, ttarget, reduction=reduction)
+        (ty * ty).sum().backward()
+        np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(gx.numpy(), a.grad.numpy(), rtol=rtol, atol=rtol)
+    with pytest.raises(IndexError, match="target 5 is out of bounds for 5 classes"):
+        F.cross_entropy(tg.tensor(x), tg.tensor([0, 5, 1, 1, 1, 1]))
+    every = F.cross_entropy(tg.tensor(x), tg.tensor([-100] * 6))
+    assert np.isnan(every.item())  # every target ignored: 0 / 0, as PyTorch

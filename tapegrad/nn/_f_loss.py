@@ -92,12 +92,32 @@ def _softmax_minus_one_hot(x: Any, t: Any) -> Any:
 # a dozen recorded ops). ``coef`` holds each position's weight (0 where ignored, the class
 # weight, and the 1 / sum-of-weights of 'mean'); ``total`` sums the weighted losses in the same
 # call. The VJP is itself a primitive with differentiable VJPs, so higher order works.
+def _ce_kernel(x: Any, t: Any, coef: Any) -> bool:
+    """Whether the compiled row kernels take this call: (N, C) C-contiguous float logits,
+    int64 class indices and coefficients of the logits' dtype."""
+    return (
+        x.ndim == 2
+        and K.usable(x, coef)
+        and x.flags.c_contiguous
+        and type(t) is np.ndarray
+        and t.dtype == np.int64
+    )
+
+
 def _ce_fwd(x: Any, t: Any, coef: Any, total: bool) -> Any:
+    if _ce_kernel(x, t, coef):  # one pass per row
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.cross_entropy(x, t, coef, total)
     loss = (_lse(x) - _pick_fwd(x, t)) * coef  # -log_softmax(x)[t], weighted
     return loss.sum() if total else loss
 
 
 def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
+    if _ce_kernel(x, t, coef) and K.usable(x, g):
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.cross_entropy_grad(x, g, t, coef)
     e = _softmax_minus_one_hot(x, t)
     e *= (g * coef)[:, None]
     return e
@@ -246,6 +266,23 @@ def cross_entropy(
         )
     x, t, unb = _class_target(x, target, "cross_entropy")
     c = x.shape[1]
+    if (
+        weight is None
+        and label_smoothing == 0.0
+        and x.ndim == 2
+        and K.usable(x._data)
+        and not is_capturing()
+    ):
+        # the checks, safe indices and coefficients in one compiled pass over the targets
+        from .._kernels import softmax  # noqa: PLC0415
+
+        safe, coef, n_valid, bad = softmax.ce_targets(t, c, ignore_index, x.dtype)
+        if bad >= 0:
+            _valid_and_weights(t, c, None, ignore_index, x.dtype, "cross_entropy")  # raises
+        if reduction == "mean":
+            coef *= coef.dtype.type(reciprocal(n_valid))
+        out = apply(_CE, x, safe, coef, total=reduction != "none")
+        return S.squeeze(out, 0) if reduction == "none" and unb else out
     safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
     if isinstance(target, Tensor) and label_smoothing == 0.0 and is_capturing():
         safe_t, coef_t = _ce_operands(target, t.shape, weight, ignore_index, x.dtype, reduction)
@@ -290,6 +327,42 @@ def _ce_operands(
     return safe, w
 
 
+def _ce_probs_kernel(x: Any, t: Any) -> bool:
+    return K.usable(x, t) and x.flags.c_contiguous and t.flags.c_contiguous
+
+
+def _ce_probs_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    if _ce_probs_kernel(x, t):  # one pass per row
+        from .._kernels import softmax  # noqa: PLC0415
+
+        return softmax.cross_entropy_probs(x, t, scale, total)
+    loss = -(t * (x - _lse(x)[:, None])).sum(axis=1)
+    return xp_of(x).asarray(loss.sum() * scale, dtype=x.dtype) if total else loss
+
+
+def _ce_probs_vjp(i: int) -> Any:
+    def vjp(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
+        if not xp.tensors and _ce_probs_kernel(x, t) and K.usable(g, x):
+            from .._kernels import softmax  # noqa: PLC0415
+
+            return softmax.cross_entropy_probs_grads(g, x, t, scale, (i == 0, i == 1))[i]
+        gr = g * scale if total else xp.expand_dims(g * scale, 1)
+        if i == 0:  # softmax(x) * sum(t) - t
+            p = xp.apply(SM._SOFTMAX, x, axis=1)
+            return gr * (p * xp.sum(t, axis=1, keepdims=True) - t)
+        return -gr * xp.apply(SM._LOG_SOFTMAX, x, axis=1)
+
+    return vjp
+
+
+# Cross-entropy with probability targets on (N, C) logits, without class weights: one
+# primitive (log-softmax, product, row sum, reduction were five recorded ops and six numpy
+# passes), computed per row from the log-sum-exp; on arrays compiled, one pass per row.
+_CE_PROBS = defprim(
+    "nn.cross_entropy_probs", _ce_probs_fwd, (_ce_probs_vjp(0), _ce_probs_vjp(1)), (0, 1)
+)
+
+
 def _cross_entropy_probs(
     x: Tensor, target: Any, weight: Any, reduction: str, label_smoothing: float
 ) -> Tensor:
@@ -306,6 +379,11 @@ def _cross_entropy_probs(
     c = x.shape[1]
     if label_smoothing > 0.0:
         t = t * (1.0 - label_smoothing) + label_smoothing / c
+    if weight is None and x.ndim == 2 and x.size:
+        check_reduction(reduction, "cross_entropy")
+        scale = 1.0 / x.shape[0] if reduction == "mean" else 1.0
+        out = apply(_CE_PROBS, x, t, scale=scale, total=reduction != "none")
+        return S.squeeze(out, 0) if reduction == "none" and unb else out
     logp = SM.log_softmax(x, axis=1)
     if weight is not None:
         w = float_input(weight, "cross_entropy", "weight")
