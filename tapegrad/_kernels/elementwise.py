@@ -2,7 +2,12 @@
 
 ``relu``: ``np.maximum(x, 0)`` on float32 broadcasts a Python int and was 3-4x slower than this
 loop on the benchmark activations. Same values, NaN and the sign of zero included (``-0.0``
-gives ``+0.0``, as numpy). Imported only when numba is selected.
+gives ``+0.0``, as numpy).
+
+Binary cross-entropy on probabilities and on logits: the loss (per element, or its sum) and
+the gradients for input and target, each one loop, and the [0, 1] range check of the inputs
+in one pass; on a GAN's 64 outputs the numpy formulas were ten to fifteen calls, several
+times the arithmetic. Imported only when numba is selected.
 """
 
 from __future__ import annotations

@@ -12,7 +12,12 @@ reassociation allowed in small helpers (``flat_sum``, ``flat_dot``: the exp itse
 without it, its range reduction depends on the order) and take a row's maximum on the floats'
 bits as integers (``flat_max``: numba's float maximum does not vectorise). Measured on rows of
 64 (4096 rows, float32, one thread): forward 0.34 -> 0.22 ms (the exp is 0.14 of it),
-backward 0.18 -> 0.045 ms. Imported only when numba is selected.
+backward 0.18 -> 0.045 ms.
+
+Cross-entropy on (N, C) logits reuses the row pass: each row's shift and log-sum-exp, then the
+loss at the target class (or against probability targets) and the gradient
+``softmax - one_hot`` (or ``softmax * sum(t) - t``), one call each instead of about ten numpy
+calls on a 64 x 10 batch. Imported only when numba is selected.
 """
 
 from __future__ import annotations
