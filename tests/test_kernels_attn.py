@@ -200,6 +200,30 @@ LN_CASES = [((4, 16), (1,)), ((2, 3, 128), (2,)), ((1, 1, 5), (2,)), ((3, 4, 6),
 
 
 @numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_kernels_keep_nan_and_inf_rows_to_their_rows(monkeypatch, dtype):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 3, 40)).astype(dtype)
+    x[1, 2, 7] = np.nan
+    x[3, 0, 0] = np.inf
+    x[4, 1] = 2.5  # a constant row: var 0, only eps
+    w, b = rng.standard_normal(40).astype(dtype), rng.standard_normal(40).astype(dtype)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        y = N._ln_fwd(x, w, b, (2,), 1e-5)
+        ref = _reference(monkeypatch, N._ln_fwd, x, w, b, (2,), 1e-5)
+        gx = N._ln_grads(ARRAYS, g, y, x, w, b, (2,), 1e-5, (True, False, False))[0]
+        gref = _reference(
+            monkeypatch, N._ln_grads, ARRAYS, g, y, x, w, b, (2,), 1e-5, (True, False, False)
+        )[0]
+    for a, r in ((y, ref), (gx, gref)):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(r))
+        assert np.isnan(a[1, 2]).all() and np.isnan(a[3, 0]).all()
+        ok = ~np.isnan(r)
+        _close(np.where(ok, a, 0), np.where(ok, r, 0), dtype, scale=10.0)
+
+
+@numba_only
 @pytest.mark.parametrize("shape,axes", LN_CASES)
 @pytest.mark.parametrize("affine", ["both", "weight", "none"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
