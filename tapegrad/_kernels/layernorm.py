@@ -95,8 +95,8 @@ def _ln_bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
 
 
 def _vec(a: Any, dtype: Any) -> Any:
-    """A flat contiguous copy-free view of ``a``, or an empty array for None (the kernels
-    take one type whether or not a weight is given)."""
+    """``a`` flat and contiguous, or an empty array for None (the kernels then take one type
+    whether or not a weight is given)."""
     return np.empty(0, dtype) if a is None else np.ascontiguousarray(a).reshape(-1)
 
 
