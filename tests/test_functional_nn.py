@@ -757,6 +757,21 @@ def _prim_rows():
             lambda x, t: F.mse_loss(x, t) + F.mse_loss(t, x, reduction="sum"),
             [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
         ),
+        "nn.binary_cross_entropy": (
+            lambda x, t: F.binary_cross_entropy(F.sigmoid(x), F.sigmoid(t))
+            + (F.binary_cross_entropy(F.sigmoid(t), F.sigmoid(x), reduction="none") ** 2).sum(),
+            [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
+        ),
+        "nn.binary_cross_entropy_with_logits": (
+            lambda x, t: F.binary_cross_entropy_with_logits(x, F.sigmoid(t))
+            + (F.binary_cross_entropy_with_logits(t, x, reduction="none") ** 2).sum(),
+            [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
+        ),
+        "nn.cross_entropy_probs": (
+            lambda x, t: F.cross_entropy(x, F.softmax(t, dim=1))
+            + (F.cross_entropy(t, F.softmax(x, dim=1), reduction="none") ** 2).sum(),
+            [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
+        ),
         "nn.cross_entropy": (
             lambda x: F.cross_entropy(x, tg.tensor([1, 0, 2])),
             [tg.tensor(_rand(rng, (3, 4)))],

@@ -77,6 +77,25 @@ def test_row_max_and_sum(n):
     np.testing.assert_allclose(KS.row_sum(a), a.sum(dtype=np.float64), rtol=1e-5, atol=1e-6)
 
 
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 16, 65])
+def test_flat_max_orders_floats_as_integers(dtype, n):
+    from tapegrad._kernels import softmax as KS
+
+    rng = np.random.default_rng(n)
+    a = np.concatenate([[7.0], rng.standard_normal(n) * 1e3, [5.0]]).astype(dtype)
+    ai = KS.as_int(a)
+    assert KS.flat_max(ai, np.uint64(1), n) == a[1 : 1 + n].max()  # an offset run
+    neg = -np.abs(a)  # all negative: the flipped magnitude bits order them
+    assert KS.flat_max(KS.as_int(neg), np.uint64(0), a.size) == neg.max()
+    special = np.array([-np.inf, -0.0, -1e-30, -np.inf], dtype)
+    assert KS.flat_max(KS.as_int(special), np.uint64(0), 4) == dtype(-0.0)
+    assert KS.flat_max(KS.as_int(special), np.uint64(3), 1) == -np.inf
+    special[1] = np.nan
+    assert np.isnan(KS.flat_max(KS.as_int(special), np.uint64(0), 4))
+
+
 # --------------------------------------------------------------------------------------------
 # nn.attention: kernel against the numpy reference
 # --------------------------------------------------------------------------------------------
@@ -178,6 +197,30 @@ def test_softmax_kernel_reads_non_contiguous_rows(monkeypatch, dtype):
 
 
 LN_CASES = [((4, 16), (1,)), ((2, 3, 128), (2,)), ((1, 1, 5), (2,)), ((3, 4, 6), (1, 2))]
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_kernels_keep_nan_and_inf_rows_to_their_rows(monkeypatch, dtype):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 3, 40)).astype(dtype)
+    x[1, 2, 7] = np.nan
+    x[3, 0, 0] = np.inf
+    x[4, 1] = 2.5  # a constant row: var 0, only eps
+    w, b = rng.standard_normal(40).astype(dtype), rng.standard_normal(40).astype(dtype)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        y = N._ln_fwd(x, w, b, (2,), 1e-5)
+        ref = _reference(monkeypatch, N._ln_fwd, x, w, b, (2,), 1e-5)
+        gx = N._ln_grads(ARRAYS, g, y, x, w, b, (2,), 1e-5, (True, False, False))[0]
+        gref = _reference(
+            monkeypatch, N._ln_grads, ARRAYS, g, y, x, w, b, (2,), 1e-5, (True, False, False)
+        )[0]
+    for a, r in ((y, ref), (gx, gref)):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(r))
+        assert np.isnan(a[1, 2]).all() and np.isnan(a[3, 0]).all()
+        ok = ~np.isnan(r)
+        _close(np.where(ok, a, 0), np.where(ok, r, 0), dtype, scale=10.0)
 
 
 @numba_only

@@ -269,7 +269,9 @@ def test_conv_transpose2d_second_order_matches_torch():
 # batch norm
 # --------------------------------------------------------------------------------------------
 
-BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4)]
+# planes of at most 32 elements take the (N, C * M) kernels, larger ones the per-channel ones
+BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4), (3, 5, 4, 4),
+             (2, 3, 6, 7), (1, 2, 9, 9)]
 
 
 @numba_only
@@ -277,6 +279,9 @@ BN_SHAPES = [(4, 3), (5, 3, 7), (2, 4, 5, 6), (1, 2, 3, 4), (2, 3, 2, 3, 4)]
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine, dtype):
+    from tapegrad._kernels import batchnorm
+
+    assert batchnorm.SMALL_PLANE == 32  # the shapes above sit on both sides of it
     rng = np.random.default_rng(6)
     x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)  # a mean far from zero
     c = shape[1]
@@ -298,6 +303,31 @@ def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine
     rmean, rvar = _reference(monkeypatch, _f_norm._batch_stats, x)
     _close(mean.astype(dtype), rmean.astype(dtype), dtype)
     _close(var.astype(dtype), rvar.astype(dtype), dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_norm_kernels_keep_a_nan_to_its_channel(monkeypatch, shape, dtype):
+    from tapegrad._autodiff import ARRAYS
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape).astype(dtype)
+    x[1, 2, 0, 3] = np.nan
+    w, b = rng.standard_normal(4).astype(dtype), rng.standard_normal(4).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        y = _f_norm._bn_fwd(x, w, b, 1e-5)
+        ref = _reference(monkeypatch, _f_norm._bn_fwd, x, w, b, 1e-5)
+        gx = _f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True))
+        gref = _reference(
+            monkeypatch, _f_norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)
+        )
+    assert np.isnan(y[:, 2]).all() and not np.isnan(np.delete(y, 2, axis=1)).any()
+    for a, r in zip((y, *gx), (ref, *gref), strict=True):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(r))
+        ok = ~np.isnan(r)
+        _close(np.where(ok, a, 0), np.where(ok, r, 0), dtype)
 
 
 @pytest.mark.parametrize("shape", BN_SHAPES)

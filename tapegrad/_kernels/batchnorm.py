@@ -7,7 +7,13 @@ cancellation, unlike a sum of squares), and the forward writes ``(x - mean) * (r
 in a third. The backward recomputes the same statistics (bit for bit: the same code on the same
 input), reads ``g`` and ``x`` once for the two sums it needs, and writes the input gradient in
 one more pass. Sums accumulate in float64 (float32 inputs included), reassociated so that they
-vectorise. Serial loops, as everywhere in this package. Imported only when numba is selected.
+vectorise. Serial loops, as everywhere in this package. Planes of at most ``SMALL_PLANE``
+(32) elements take ``_fwd_small`` / ``_bwd_small`` instead: per sample, one contiguous pass
+over the (C * M) block into float64 accumulators per element, reduced per channel at the end,
+rather than N loops of M elements per channel. Measured alone (float32, one thread), forward /
+backward ms, per channel -> small: (64, 128, 4, 4) 0.16 / 0.29 -> 0.09 / 0.19; at 8x8 the two
+are equal (0.14 / 0.25 against 0.15 / 0.27), above it the per-channel kernels win.
+Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -91,6 +97,111 @@ def _bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
                 df[base + k] = aa * (gf[base + k] - k1 - (xf[base + k] - mu) * k2)
 
 
+# Small planes (DCGAN's 4x4 and 8x8): a channel's (N, M) block is N runs of M elements, and
+# the per-channel passes above pay a loop setup per run. Here each sample's (C, M) block is one
+# contiguous run: the sums go into float64 accumulators per element of the block, reduced per
+# channel at the end, and the per-channel constants are expanded to the block once.
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _stats_small(xf, n_, cm, c_, m, mean_e, mean, var):  # type: ignore[no-untyped-def]
+    """Per-channel mean and biased variance (float64) of the flat (N, C * M) array ``xf``;
+    ``mean_e`` gets the mean expanded to the (C * M) block in x's dtype."""
+    acc = np.zeros(cm, np.float64)
+    for n in range(n_):
+        b = U(n * cm)
+        for k in range(U(cm)):
+            acc[k] += xf[b + k]
+    cnt = n_ * m
+    for c in range(c_):
+        s = 0.0
+        for k in range(U(c * m), U((c + 1) * m)):
+            s += acc[k]
+        mean[c] = s / cnt
+        for k in range(U(c * m), U((c + 1) * m)):
+            mean_e[k] = mean[c]
+            acc[k] = 0.0
+    for n in range(n_):
+        b = U(n * cm)
+        for k in range(U(cm)):
+            d = xf[b + k] - mean_e[k]
+            acc[k] += d * d
+    for c in range(c_):
+        s = 0.0
+        for k in range(U(c * m), U((c + 1) * m)):
+            s += acc[k]
+        var[c] = s / cnt
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _fwd_small(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+    n_, c_, m = x.shape
+    cm = c_ * m
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    mean_e = np.empty(cm, x.dtype)
+    _stats_small(xf, n_, cm, c_, m, mean_e, stats[0], stats[1])
+    scale_e = np.empty(cm, x.dtype)
+    shift_e = np.empty(cm, x.dtype)
+    for c in range(c_):
+        sc = 1.0 / np.sqrt(stats[1, c] + eps) * (w[c] if w.shape[0] > 0 else 1.0)
+        sh = (b[c] if b.shape[0] > 0 else 0.0) - stats[0, c] * sc
+        for k in range(U(c * m), U((c + 1) * m)):
+            scale_e[k] = sc
+            shift_e[k] = sh
+    for n in range(n_):
+        base = U(n * cm)
+        for k in range(U(cm)):
+            of[base + k] = xf[base + k] * scale_e[k] + shift_e[k]
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _bwd_small(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+    n_, c_, m = x.shape
+    cm = c_ * m
+    xf = x.reshape(-1)
+    gf = g.reshape(-1)
+    df = gx.reshape(-1)
+    cnt = n_ * m
+    mean_e = np.empty(cm, x.dtype)
+    st = np.empty((2, c_), np.float64)
+    _stats_small(xf, n_, cm, c_, m, mean_e, st[0], st[1])
+    sg = np.zeros(cm, np.float64)
+    sgx = np.zeros(cm, np.float64)
+    for n in range(n_):
+        base = U(n * cm)
+        for k in range(U(cm)):
+            gv = gf[base + k]
+            sg[k] += gv
+            sgx[k] += gv * (xf[base + k] - mean_e[k])
+    a_e = np.empty(cm, x.dtype)
+    k1_e = np.empty(cm, x.dtype)
+    k2_e = np.empty(cm, x.dtype)
+    for c in range(c_):
+        s0 = 0.0
+        s1 = 0.0
+        for k in range(U(c * m), U((c + 1) * m)):
+            s0 += sg[k]
+            s1 += sgx[k]
+        rstd = 1.0 / np.sqrt(st[1, c] + eps)
+        gwb[0, c] = s1 * rstd
+        gwb[1, c] = s0
+        a = rstd * (w[c] if w.shape[0] > 0 else 1.0)
+        for k in range(U(c * m), U((c + 1) * m)):
+            a_e[k] = a
+            k1_e[k] = s0 / cnt
+            k2_e[k] = s1 * rstd * rstd / cnt
+    if df.size == 0:
+        return
+    for n in range(n_):
+        base = U(n * cm)
+        for k in range(U(cm)):
+            df[base + k] = a_e[k] * (gf[base + k] - k1_e[k] - (xf[base + k] - mean_e[k]) * k2_e[k])
+
+
+SMALL_PLANE = 32  # planes of at most this many elements take the (N, C * M) passes
+
+
 def _vec(a: Any, dtype: Any) -> Any:
     return np.empty(0, dtype=dtype) if a is None else np.ascontiguousarray(a, dtype=dtype)
 
@@ -102,7 +213,8 @@ def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
     x3 = np.ascontiguousarray(x).reshape(n, c, -1)
     out = np.empty(x.shape, dtype=x.dtype)
     stats = np.empty((2, c), dtype=np.float64)
-    _fwd(x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
+    fwd = _fwd_small if x3.shape[2] <= SMALL_PLANE else _fwd
+    fwd(x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
     return out, stats
 
 
@@ -113,7 +225,8 @@ def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool) -> tuple[A
     g3 = np.ascontiguousarray(g, dtype=x.dtype).reshape(x3.shape)
     gx = np.empty(x.shape if need_x else (0,), dtype=x.dtype)
     gwb = np.empty((2, c), dtype=np.float64)
-    _bwd(g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
+    bwd = _bwd_small if x3.shape[2] <= SMALL_PLANE else _bwd
+    bwd(g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
     return (gx if need_x else None), gwb[0].astype(x.dtype), gwb[1].astype(x.dtype)
 
 
