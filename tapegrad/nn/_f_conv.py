@@ -125,9 +125,9 @@ def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> A
     """
     if geom.stride != (1, 1) or wshape[0] * wshape[1] > DIRECT_MAX * groups or not K.usable(*arrays):
         return None
-    from .._kernels import conv  # noqa: PLC0415
+    from .._kernels import conv_direct  # noqa: PLC0415
 
-    return conv
+    return conv_direct
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
