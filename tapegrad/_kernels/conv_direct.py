@@ -200,8 +200,61 @@ def _wgrad(g, x, dwt, n0, n1, nbc, pt, pl, dh, dw, groups):  # type: ignore[no-u
         for o in range(o_):
             gb = U(o * nfull)
             gr = o // og
+            pair = kh == 3 and kw == 3 and o % 2 == 0 and o + 1 < o_ and (o + 1) // og == gr
+            if o % 2 == 1 and kh == 3 and kw == 3 and o // og == (o - 1) // og:
+                continue  # done with its even partner
             for cc in range(cg):
                 base0 = U((gr * cg + cc) * plane)
+                if pair:  # two output channels' nine dot products per pass
+                    wa = (o * cg + cc) * 9
+                    wb = wa + cg * 9
+                    gc = gb + U(nfull)
+                    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = s8 = zero
+                    t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = t8 = zero
+                    for q in range(run):
+                        gv = gf[gb + q]
+                        hv = gf[gc + q]
+                        p = base0 + q
+                        v0, v1, v2 = pf[p], pf[p + d1], pf[p + d2]
+                        v3, v4, v5 = pf[p + r1], pf[p + r1 + d1], pf[p + r1 + d2]
+                        v6, v7, v8 = pf[p + r2], pf[p + r2 + d1], pf[p + r2 + d2]
+                        s0 += gv * v0
+                        s1 += gv * v1
+                        s2 += gv * v2
+                        s3 += gv * v3
+                        s4 += gv * v4
+                        s5 += gv * v5
+                        s6 += gv * v6
+                        s7 += gv * v7
+                        s8 += gv * v8
+                        t0 += hv * v0
+                        t1 += hv * v1
+                        t2 += hv * v2
+                        t3 += hv * v3
+                        t4 += hv * v4
+                        t5 += hv * v5
+                        t6 += hv * v6
+                        t7 += hv * v7
+                        t8 += hv * v8
+                    df[wa] += s0
+                    df[wa + 1] += s1
+                    df[wa + 2] += s2
+                    df[wa + 3] += s3
+                    df[wa + 4] += s4
+                    df[wa + 5] += s5
+                    df[wa + 6] += s6
+                    df[wa + 7] += s7
+                    df[wa + 8] += s8
+                    df[wb] += t0
+                    df[wb + 1] += t1
+                    df[wb + 2] += t2
+                    df[wb + 3] += t3
+                    df[wb + 4] += t4
+                    df[wb + 5] += t5
+                    df[wb + 6] += t6
+                    df[wb + 7] += t7
+                    df[wb + 8] += t8
+                    continue
                 if kh == 3 and kw == 3:  # nine dot products per pass
                     wa = (o * cg + cc) * 9
                     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = s8 = zero
