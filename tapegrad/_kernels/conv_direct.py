@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 U = np.uint64
 LANE = 16  # runs are multiples of this: no scalar remainder loop
 RUN = 2048  # elements per stacked plane in one chunk (a chunk is whole samples, at least one)
-BLOCK = 4  # output channels per pass
 THREAD_MIN = 1 << 22  # multiply-adds (wide) from which a call splits its batch over two threads
 _POOL: list[Any] = []
 
@@ -74,15 +73,13 @@ def _place(x, n0, nb, xp, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"contract"})
-def _fwd(n0, n1, x, wk, b, out, nbc, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
+def _fwd(n0, n1, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
     """out[n0:n1] <- the convolution of x[n0:n1] with wk (G * Ob, cg, kh, kw), Ob = the output
     channels of a group rounded up to BLOCK (zero weights), plus b when it has entries."""
     c_ = x.shape[1]
     ogb, cg, kh, kw = wk.shape
     o_, ho, wo = out.shape[1], out.shape[2], out.shape[3]
     og = o_ // groups
-    hp = ho + dh * (kh - 1)
-    wp = wo + dw * (kw - 1)
     hw = hp * wp
     nfull = (nbc * hw + LANE - 1) // LANE * LANE
     slack = (kh - 1) * dh * wp + (kw - 1) * dw + LANE
@@ -167,14 +164,12 @@ def _fwd(n0, n1, x, wk, b, out, nbc, pt, pl, dh, dw, groups):  # type: ignore[no
 
 # reassociation lets the dot products vectorise (sums in another order: float rounding only)
 @jit(fastmath={"reassoc", "contract"})
-def _wgrad(g, x, dwt, n0, n1, nbc, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
+def _wgrad(g, x, dwt, n0, n1, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
     """dwt (O, cg, kh, kw) <- the weight gradient summed over samples n0 .. n1."""
     c_ = x.shape[1]
     o_, cg, kh, kw = dwt.shape
     ho, wo = g.shape[2], g.shape[3]
     og = o_ // groups
-    hp = ho + dh * (kh - 1)
-    wp = wo + dw * (kw - 1)
     hw = hp * wp
     nfull = (nbc * hw + LANE - 1) // LANE * LANE
     slack = (kh - 1) * dh * wp + (kw - 1) * dw + LANE
@@ -345,73 +340,77 @@ def _chunk(hp: int, wp: int) -> int:
     return max(1, RUN // (hp * wp))
 
 
-def _blocked(w: Any, groups: int) -> Any:
-    """(O, cg, kh, kw) weights with each group's output channels padded with zeros to BLOCK."""
-    o = w.shape[0]
-    og = o // groups
-    ob = -(-og // BLOCK) * BLOCK
-    if ob == og:
-        return np.ascontiguousarray(w)
-    out = np.zeros((groups, ob) + w.shape[1:], dtype=w.dtype)
-    out[:, :og] = w.reshape((groups, og) + w.shape[1:])
-    return out.reshape((groups * ob,) + w.shape[1:])
+def _period(n: int, lo: int, hi: int, n_out: int, span: int) -> int:
+    """Rows (or columns) one sample's plane takes in the stack along one axis.
+
+    With both paddings non-negative, neighbouring planes share their zero padding: a window
+    that runs past one plane's last data row reads the next plane's top padding, which is what
+    it should see. Otherwise (a cropping input gradient) each plane has its own rows."""
+    if lo >= 0 and hi >= 0:
+        return max(n + max(lo, hi), n_out)
+    return n_out + span
 
 
-def _conv(x: Any, w: Any, b: Any, out: Any, pt: int, pl: int, dh: int, dw: int, groups: int) -> Any:
-    n, c = x.shape[:2]
+def _conv(x: Any, w: Any, b: Any, out: Any, pads: tuple[int, int, int, int], dh: int, dw: int,
+          groups: int) -> Any:
+    n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     ho, wo = out.shape[2:]
-    hp, wp = ho + dh * (kh - 1), wo + dw * (kw - 1)
-    wk = np.ascontiguousarray(w)
+    pt, pb, pl, pr = pads
+    hp = _period(h, pt, pb, ho, dh * (kh - 1))
+    wp = _period(wd, pl, pr, wo, dw * (kw - 1))
     bb = np.empty(0, dtype=x.dtype) if b is None else np.ascontiguousarray(b, dtype=x.dtype)
-    xc = np.ascontiguousarray(x)
-    nbc = _chunk(hp, wp)
-    work = n * hp * wp * wk.shape[0] * cg * kh * kw
-    _run(_fwd, _halves(n, work), xc, wk, bb, out, nbc, pt, pl, dh, dw, groups)
+    c_ = np.ascontiguousarray
+    work = n * hp * wp * o * cg * kh * kw
+    _run(_fwd, _halves(n, work), c_(x), c_(w), bb, out, _chunk(hp, wp), hp, wp, pt, pl, dh, dw,
+         groups)
     return out
 
 
 def _pads(geom: Any) -> tuple[int, int, int, int]:
-    (pt, _), (pl, _) = geom.padding
-    return pt, pl, geom.dilation[0], geom.dilation[1]
+    (pt, pb), (pl, pr) = geom.padding
+    return pt, pb, pl, pr
 
 
 def direct(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
     """The stride-1 convolution of (N, C, H, W) ``x`` with (O, C / groups, kh, kw) ``w`` (+ ``b``)."""
     out = np.empty((x.shape[0], w.shape[0]) + tuple(geom.out_hw), dtype=x.dtype)
-    return _conv(x, w, b, out, *_pads(geom), groups)
+    return _conv(x, w, b, out, _pads(geom), *geom.dilation, groups)
 
 
 def direct_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
     """The input gradient of ``direct``: ``g`` convolved with the flipped, transposed weights."""
     o, cg, kh, kw = w.shape
     n, c, h, wd = geom.in_shape
-    pt, pl, dh, dw = _pads(geom)
+    pt, pb, pl, pr = _pads(geom)
+    dh, dw = geom.dilation
+    eh, ew = dh * (kh - 1), dw * (kw - 1)
     # (O, C/G, kh, kw) -> (C, O/G, kh, kw), each kernel turned by 180 degrees
     wt = w.reshape(groups, o // groups, cg, kh, kw).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
     wt = wt.reshape(c, o // groups, kh, kw)
     out = np.empty((n, c, h, wd), dtype=g.dtype)
-    return _conv(g, wt, None, out, dh * (kh - 1) - pt, dw * (kw - 1) - pl, dh, dw, groups)
+    return _conv(g, wt, None, out, (eh - pt, eh - pb, ew - pl, ew - pr), dh, dw, groups)
 
 
-def _wgrad_part(a: int, z: int, g: Any, x: Any, wshape: tuple[int, ...], nbc: int, pt: int,
-                pl: int, dh: int, dw: int, groups: int) -> Any:
+def _wgrad_part(a: int, z: int, g: Any, x: Any, wshape: tuple[int, ...], *args: Any) -> Any:
     dwt = np.empty(wshape, dtype=g.dtype)
-    _wgrad(g, x, dwt, a, z, nbc, pt, pl, dh, dw, groups)
+    _wgrad(g, x, dwt, a, z, *args)
     return dwt
 
 
 def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int, ...]) -> Any:
     """The weight gradient of ``direct``: one dot product per tap, summed over the batch."""
-    n = x.shape[0]
+    n, _, h, wd = x.shape
     o, cg, kh, kw = wshape
     ho, wo = geom.out_hw
-    pt, pl, dh, dw = _pads(geom)
-    hp, wp = ho + dh * (kh - 1), wo + dw * (kw - 1)
+    pt, pb, pl, pr = _pads(geom)
+    dh, dw = geom.dilation
+    hp = _period(h, pt, pb, ho, dh * (kh - 1))
+    wp = _period(wd, pl, pr, wo, dw * (kw - 1))
     c = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
-    parts = _run(_wgrad_part, _halves(n, work), c(g), c(x), wshape, _chunk(hp, wp), pt, pl, dh,
-                 dw, groups)
+    parts = _run(_wgrad_part, _halves(n, work), c(g), c(x), wshape, _chunk(hp, wp), hp, wp, pt,
+                 pl, dh, dw, groups)
     out = parts[0]
     for p in parts[1:]:
         out += p
