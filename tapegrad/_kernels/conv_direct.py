@@ -168,7 +168,6 @@ def _wgrad(g, x, dwt, n0, n1, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ign
     """dwt (O, cg, kh, kw) <- the weight gradient summed over samples n0 .. n1."""
     c_ = x.shape[1]
     o_, cg, kh, kw = dwt.shape
-    ho, wo = g.shape[2], g.shape[3]
     og = o_ // groups
     hw = hp * wp
     nfull = (nbc * hw + LANE - 1) // LANE * LANE
@@ -310,13 +309,15 @@ def _place_wide_hw(g, n0, nb, gw, hp, wp):  # type: ignore[no-untyped-def]
 
 
 def _pool() -> ThreadPoolExecutor | None:
-    """One pool thread for the other half of a large call, or None on a single core."""
-    if not _POOL:
+    """One pool thread for the other half of a large call, or None on a single core; made on
+    first use, and again in a forked child (whose copy of the pool has no thread)."""
+    if not _POOL or _POOL[0][0] != os.getpid():
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="tapegrad-conv") if cores > 1 else None)
-    return _POOL[0]
+        pool = ThreadPoolExecutor(1, thread_name_prefix="tapegrad-conv") if cores > 1 else None
+        _POOL[:] = [(os.getpid(), pool)]
+    return _POOL[0][1]
 
 
 def _halves(n: int, work: int) -> list[tuple[int, int]]:
@@ -375,7 +376,8 @@ def _pads(geom: Any) -> tuple[int, int, int, int]:
 def direct(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
     """The stride-1 convolution of (N, C, H, W) ``x`` with (O, C / groups, kh, kw) ``w`` (+ ``b``)."""
     out = np.empty((x.shape[0], w.shape[0]) + tuple(geom.out_hw), dtype=x.dtype)
-    return _conv(x, w, b, out, _pads(geom), *geom.dilation, groups)
+    dh, dw = geom.dilation
+    return _conv(x, w, b, out, _pads(geom), dh, dw, groups)
 
 
 def direct_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
