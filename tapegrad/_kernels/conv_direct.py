@@ -26,7 +26,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._backend import np
-from . import jit
+from . import jit, numba
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -309,12 +309,16 @@ def _place_wide_hw(g, n0, nb, gw, hp, wp):  # type: ignore[no-untyped-def]
 
 
 def _pool() -> ThreadPoolExecutor | None:
-    """One pool thread for the other half of a large call, or None on a single core; made on
-    first use, and again in a forked child (whose copy of the pool has no thread)."""
+    """One pool thread for the other half of a large call, or None on one core (or with
+    ``NUMBA_NUM_THREADS=1``); made on first use, and again in a forked child (whose copy of
+    the pool has no thread)."""
     if not _POOL or _POOL[0][0] != os.getpid():
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        nb = numba()
+        if nb is not None:  # NUMBA_NUM_THREADS=1 keeps every kernel on the calling thread
+            cores = min(cores, nb.config.NUMBA_NUM_THREADS)
         pool = ThreadPoolExecutor(1, thread_name_prefix="tapegrad-conv") if cores > 1 else None
         _POOL[:] = [(os.getpid(), pool)]
     return _POOL[0][1]
