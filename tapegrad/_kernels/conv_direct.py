@@ -1,23 +1,32 @@
-"""Direct stride-1 convolution kernels (numba) for layers with few channels.
+"""Direct stride-1 convolution kernels (numba): no im2col columns, no GEMM.
 
-A chunk of samples is copied once into zero-padded (Hp, Wp) planes stacked one under the other
-(channel c's planes of the whole chunk are one run), and the output is computed "wide": output
-element q of the stack is the window whose top-left corner is input element q, so that every
-kernel tap is one multiply-add over a single contiguous run covering all the chunk's samples.
-The rows and columns of a plane beyond (Ho, Wo) are computed and dropped when copying out.
-Runs are rounded up to a multiple of 16 elements (the planes have slack at the end), so the
-vectorised loops never fall into a scalar remainder; a chunk holds about ``RUN`` elements per
-plane, so the stack of one channel and the accumulators stay in the first cache levels.
-A 3x3 kernel's nine taps and four output channels share one pass (one load of the input feeds
-36 multiply-adds, contracted to FMAs); other kernels go tap by tap, four channels per load.
-
+A chunk of samples is copied once into zero-padded planes stacked one under the other (channel
+c's planes of the whole chunk are one run), and the output is computed "wide": output element q
+of the stack is the window whose top-left corner is input element q, so every kernel tap is one
+multiply-add over a single contiguous run covering all the chunk's samples. Elements of a plane
+beyond (Ho, Wo) are computed and dropped when copying out. Neighbouring planes share their zero
+padding (``_period``: a 3x3 'same' layer on 8x8 takes 9x9 per sample, not 10x10), runs are
+rounded up to 16 elements (slack at the end of the stack), so the vectorised loops never fall
+into a scalar remainder, and a chunk holds about ``RUN`` elements per plane.
+A 3x3 kernel's nine taps and two output channels share one pass (one load of the input feeds
+18 multiply-adds, contracted to FMAs); other kernels go tap by tap, two channels per load.
 The input gradient is the same kernel on the output gradient with the weights flipped and
-transposed (its padding negative where the forward's padding crops); the weight gradient is,
-per (output channel, input channel), nine dot products in one pass over the same stacked runs,
-the output gradient laid out wide with zeros where the forward's dropped elements were.
-Large calls split the batch in two halves that run at once: the kernels release the GIL, one
-half on a pool thread, the other on the calling thread (``THREAD_MIN``). Imported only when
-numba is selected.
+transposed (its padding negative where the forward's crops); the weight gradient is, per pair of
+output channels and input channel, eighteen dot products in one pass over the same stacked
+runs, the output gradient laid out wide with zeros where the forward's dropped elements were.
+Calls of at least ``THREAD_MIN`` multiply-adds split the batch in two halves that run at once
+(the kernels release the GIL: one half on a pool thread, the other on the calling thread);
+``NUMBA_NUM_THREADS=1`` keeps them serial.
+
+Measured on the 2-core machine (float32; forward, input gradient, weight gradient, ms, one
+thread, against the kernels these replaced): (c)'s conv2 8->16 on 13x13 0.51 / 0.68 / 0.67 ->
+0.41 / 0.54 / 0.37; (e)'s conv2 16->32 on 8x8 3.0 / 3.2 / 3.2 -> 1.4 / 1.8 / 1.3. What each
+step gave: a sum indexed signed + unsigned is a float index in numba and stopped the bias fill
+vectorising (0.12 ms of (c)'s conv2 forward); stacking plus rounded runs 1.1-1.6x; shared padding
+1.2x on 8x8 'same' layers; two output channels per weight-gradient pass 1.2-1.9x; four output
+channels per forward pass instead of two: no gain (36 weights spill, the loop turns load-bound);
+reassociating the forward sums: no gain. Two threads: 1.4-1.9x from about 4M multiply-adds on a
+quiet second core ((c)'s conv1 forward, 3.6M, lost 10%), a loss when other processes hold it.
 """
 
 from __future__ import annotations
@@ -40,9 +49,9 @@ _POOL: list[Any] = []
 
 @jit()
 def _place(x, n0, nb, xp, pt, pl):  # type: ignore[no-untyped-def]
-    """xp (C, L) <- samples n0 .. n0 + nb of x (N, C, H, W), each moved down pt rows and right
-    pl columns (negative: cropped) into its (Hp, Wp) plane at s * Hp * Wp; zeros elsewhere.
-    (Hp, Wp) are xp's trailing dimensions passed through its shape (C, nb_max, Hp, Wp)."""
+    """xp (C, P, Hp, Wp) <- samples n0 .. n0 + nb of x (N, C, H, W), each moved down pt rows and
+    right pl columns (negative: cropped) into plane s of its channel; zeros elsewhere (the
+    planes past nb are the slack that the last runs read)."""
     _, c_, h_, w_ = x.shape
     _, _, hp, wp = xp.shape
     pf = xp.reshape(-1)
@@ -74,8 +83,8 @@ def _place(x, n0, nb, xp, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(fastmath={"contract"})
 def _fwd(n0, n1, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
-    """out[n0:n1] <- the convolution of x[n0:n1] with wk (G * Ob, cg, kh, kw), Ob = the output
-    channels of a group rounded up to BLOCK (zero weights), plus b when it has entries."""
+    """out[n0:n1] <- the convolution of x[n0:n1] with wk (O, cg, kh, kw), plus b when it has
+    entries; planes of hp x wp, nbc samples per chunk."""
     c_ = x.shape[1]
     ogb, cg, kh, kw = wk.shape
     o_, ho, wo = out.shape[1], out.shape[2], out.shape[3]

@@ -5,8 +5,8 @@ matrix; a convolution is then one matrix product with the weights (batched over 
 col2im is its adjoint: it adds each window back where it came from (kh * kw strided adds, no
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
-differentiates to any order. Stride-1 convolutions with few channels run compiled direct
-kernels instead (``_direct``).
+differentiates to any order. Stride-1 convolutions up to ``DIRECT_MAX`` channel pairs per group
+run compiled direct kernels instead (``_direct``, ``_kernels/conv_direct.py``).
 """
 
 
