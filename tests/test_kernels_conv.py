@@ -93,15 +93,67 @@ def test_direct_conv_kernels_read_non_contiguous_inputs(monkeypatch):
         _close(fn(*args), _reference(monkeypatch, fn, *args), np.float32)
 
 
+STACK_CASES = [  # planes that share padding, crop, or take a tail of one output channel
+    ((7, 3, 9, 8), 5, (3, 3), ((1, 1), (1, 1)), (1, 1), 1),  # odd batch, odd O
+    ((5, 4, 6, 7), 6, (3, 3), ((0, 2), (2, 0)), (1, 1), 2),  # asymmetric pads
+    ((4, 2, 8, 8), 3, (3, 3), ((3, 3), (4, 4)), (1, 1), 1),  # the input gradient crops
+    ((6, 2, 7, 9), 4, (5, 3), ((1, 0), (0, 1)), (1, 2), 2),  # generic taps, dilated columns
+    ((3, 1, 5, 4), 1, (3, 3), ((0, 0), (0, 0)), (1, 1), 1),  # one channel in and out
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("run", "thread_min"), [(1, 0), (150, 0), (1 << 20, 1 << 60)])
+@pytest.mark.parametrize(("shape", "o", "k", "pad", "d", "groups"), STACK_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
+    monkeypatch, run, thread_min, shape, o, k, pad, d, groups, dtype
+):
+    # run 1: one sample per chunk; 150: several, the last one partial; 1 << 20: the whole
+    # batch in one chunk, on one thread
+    from tapegrad._kernels import conv_direct
+
+    monkeypatch.setattr(conv_direct, "RUN", run)
+    monkeypatch.setattr(conv_direct, "THREAD_MIN", thread_min)
+    two = thread_min == 0 and conv_direct._pool() is not None
+    assert len(conv_direct._halves(shape[0], 1)) == (2 if two else 1)
+    rng = np.random.default_rng(3)
+    geom = _geom(shape, k, pad, d)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is conv_direct
+    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    for fn, args in (
+        (_f_conv._conv2d_fwd, (x, w, b, geom, groups)),
+        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+    ):
+        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+
+
+@numba_only
+def test_direct_planes_share_padding_only_when_no_side_crops():
+    from tapegrad._kernels import conv_direct
+
+    assert conv_direct._period(8, 1, 1, 8, 2) == 9  # 3x3 'same': one zero row between planes
+    assert conv_direct._period(13, 0, 0, 11, 2) == 13  # no padding: the planes touch
+    assert conv_direct._period(11, 2, 2, 13, 2) == 13  # an unpadded layer's input gradient
+    assert conv_direct._period(8, -1, 2, 7, 2) == 9  # a crop: each plane its own rows
+
+
 @numba_only
 def test_many_channels_and_strides_keep_the_gemm():
-    geom = _geom((2, 64, 8, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
-    x = np.zeros((2, 64, 8, 8), np.float32)
-    assert _f_conv._direct(geom, 1, (64, 64, 3, 3), x) is None  # 64 * 64 channels
-    assert _f_conv._direct(geom, 16, (64, 4, 3, 3), x) is not None  # 4 * 4 per group
+    geom = _geom((2, 256, 8, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = np.zeros((2, 256, 8, 8), np.float32)
+    assert _f_conv._direct(geom, 1, (256, 256, 3, 3), x) is None  # 256 * 256 channels
+    assert _f_conv._direct(geom, 1, (128, 256, 3, 3), x) is None
+    assert _f_conv._direct(geom, 1, (64, 256, 3, 3), x) is not None  # 64 * 256: the limit
+    assert _f_conv._direct(geom, 16, (256, 16, 3, 3), x) is not None  # 16 * 16 per group
     strided = geom._replace(stride=(2, 1))
-    assert _f_conv._direct(strided, 1, (4, 64, 3, 3), x) is None
-    assert _f_conv._direct(geom, 1, (4, 64, 3, 3), x.astype(np.float16)) is None
+    assert _f_conv._direct(strided, 1, (4, 256, 3, 3), x) is None
+    assert _f_conv._direct(geom, 1, (4, 256, 3, 3), x.astype(np.float16)) is None
 
 
 GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation, groups

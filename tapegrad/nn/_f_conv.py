@@ -5,9 +5,10 @@ matrix; a convolution is then one matrix product with the weights (batched over 
 col2im is its adjoint: it adds each window back where it came from (kh * kw strided adds, no
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
-differentiates to any order. Stride-1 convolutions with few channels run compiled direct
-kernels instead (``_direct``); with numba, the others with fewer than 64 channels per group (or
-short output rows) build pixel-major columns instead (``_pixel_major``, _kernels/conv_gemm.py).
+differentiates to any order. Stride-1 convolutions up to ``DIRECT_MAX`` channel pairs per group
+run compiled direct kernels instead (``_direct``, ``_kernels/conv_direct.py``); with numba, the
+others with fewer than 64 channels per group (or short output rows) build pixel-major columns
+instead (``_pixel_major``, ``_kernels/conv_gemm.py``).
 """
 
 
@@ -116,20 +117,23 @@ def _part(geom: Geom, n: int) -> Geom:
     return geom._replace(in_shape=(n, *geom.in_shape[1:]))
 
 
-DIRECT_MAX = 256  # (C / groups) * (O / groups) up to which stride-1 convolutions run direct
+# (C / groups) * (O / groups) up to which stride-1 convolutions run direct: every stride-1 3x3
+# layer of the benchmarks and ports measured (1 -> 8 up to 128 -> 128, 8x8 to 28x28 planes) ran
+# as fast or faster direct than through im2col + GEMM (docs/design.md); wider ones are unmeasured
+DIRECT_MAX = 1 << 14
 
 
 def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
-    """The compiled conv module when this convolution takes the direct kernels, else None.
+    """The compiled direct-conv module when this convolution takes it, else None.
 
-    Stride 1 and few channels: the GEMM's operands are then thin (a few rows or a short inner
-    dimension) and the columns cost more than the products (measured: benchmarks/conv_kernels.py).
+    Stride 1 and up to DIRECT_MAX channel pairs per group: no columns, and the two halves of a
+    large batch run on two threads (measured: benchmarks/conv_kernels.py, benchmarks/kernels.py).
     """
     if geom.stride != (1, 1) or wshape[0] * wshape[1] > DIRECT_MAX * groups or not K.usable(*arrays):
         return None
-    from .._kernels import conv  # noqa: PLC0415
+    from .._kernels import conv_direct  # noqa: PLC0415
 
-    return conv
+    return conv_direct
 
 
 PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
