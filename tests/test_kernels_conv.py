@@ -178,6 +178,8 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     monkeypatch, shape, o, k, s, pad, d, groups, dtype, budget
 ):
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
+    # stride-1 layers this narrow run direct; wider ones (over DIRECT_MAX) take these paths
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     rng = np.random.default_rng(3)
     n, c, h, w_ = shape
     ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
