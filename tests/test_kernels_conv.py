@@ -60,6 +60,7 @@ def test_direct_conv_kernels_equal_the_numpy_reference(
     monkeypatch, shape, o, k, pad, d, groups, dtype
 ):
     rng = np.random.default_rng(0)
+    monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)  # the kernels on every shape
     geom = _geom(shape, k, pad, d)
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
@@ -115,6 +116,7 @@ def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
 
     monkeypatch.setattr(conv_direct, "RUN", run)
     monkeypatch.setattr(conv_direct, "THREAD_MIN", thread_min)
+    monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)
     two = thread_min == 0 and conv_direct._pool() is not None
     assert len(conv_direct._halves(shape[0], 1)) == (2 if two else 1)
     rng = np.random.default_rng(3)
@@ -154,6 +156,10 @@ def test_many_channels_and_strides_keep_the_gemm():
     strided = geom._replace(stride=(2, 1))
     assert _f_conv._direct(strided, 1, (4, 256, 3, 3), x) is None
     assert _f_conv._direct(geom, 1, (4, 256, 3, 3), x.astype(np.float16)) is None
+    # an output plane smaller than the kernel (a DCGAN generator's 1x1 -> 4x4 first layer)
+    tiny = _geom((2, 16, 4, 4), (4, 4), ((0, 0), (0, 0)), (1, 1))
+    assert tiny.out_hw == (1, 1)
+    assert _f_conv._direct(tiny, 1, (8, 16, 4, 4), np.zeros((2, 16, 4, 4), np.float32)) is None
 
 
 GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation, groups

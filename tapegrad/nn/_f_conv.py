@@ -121,6 +121,7 @@ def _part(geom: Geom, n: int) -> Geom:
 # layer of the benchmarks and ports measured (1 -> 8 up to 128 -> 128, 8x8 to 28x28 planes) ran
 # as fast or faster direct than through im2col + GEMM (docs/design.md); wider ones are unmeasured
 DIRECT_MAX = 1 << 14
+DIRECT_SMALL_OUTPUT = False  # whether outputs smaller than the kernel run direct (tests: True)
 
 
 def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
@@ -128,8 +129,17 @@ def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> A
 
     Stride 1 and up to DIRECT_MAX channel pairs per group: no columns, and the two halves of a
     large batch run on two threads (measured: benchmarks/conv_kernels.py, benchmarks/kernels.py).
+    Not when the output plane is smaller than the kernel (a DCGAN generator's first layer, a 1x1
+    input under a 4x4 kernel): the direct input gradient then runs over planes padded by the
+    kernel's size for a few outputs, 8x slower than the GEMM (28 against 3.3 ms, 64x100x1x1
+    -> 128x4x4 forward and backward).
     """
-    if geom.stride != (1, 1) or wshape[0] * wshape[1] > DIRECT_MAX * groups or not K.usable(*arrays):
+    if (
+        geom.stride != (1, 1)
+        or wshape[0] * wshape[1] > DIRECT_MAX * groups
+        or (not DIRECT_SMALL_OUTPUT and (geom.out_hw[0] < geom.kernel[0] or geom.out_hw[1] < geom.kernel[1]))
+        or not K.usable(*arrays)
+    ):
         return None
     from .._kernels import conv_direct  # noqa: PLC0415
 
