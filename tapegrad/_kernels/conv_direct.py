@@ -16,7 +16,10 @@ output channels and input channel, eighteen dot products in one pass over the sa
 runs, the output gradient laid out wide with zeros where the forward's dropped elements were.
 Calls of at least ``THREAD_MIN`` multiply-adds split the batch in two halves that run at once
 (the kernels release the GIL: one half on a pool thread, the other on the calling thread);
-``NUMBA_NUM_THREADS=1`` keeps them serial.
+``NUMBA_NUM_THREADS=1`` keeps them serial. The split is off by default: alone, a layer ran
+1.4-1.9x faster split on a quiet second core, but inside whole steps, where numpy's BLAS
+threads still spin on that core after each GEMM, it lost (median of 6 alternating rounds in
+one process: (c) 4.3 ms split against 3.6 serial, (i) 168 against 160, (e) 17.2 against 16.7).
 
 Measured on the 2-core machine (float32; forward, input gradient, weight gradient, ms, one
 thread, against the kernels these replaced): (c)'s conv2 8->16 on 13x13 0.51 / 0.68 / 0.67 ->
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 U = np.uint64
 LANE = 16  # runs are multiples of this: no scalar remainder loop
 RUN = 2048  # elements per stacked plane in one chunk (a chunk is whole samples, at least one)
-THREAD_MIN = 1 << 22  # multiply-adds (wide) from which a call splits its batch over two threads
+THREAD_MIN = 1 << 62  # multiply-adds from which a call splits its batch over two threads (off)
 _POOL: list[Any] = []
 
 
