@@ -455,6 +455,9 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
                         k == "s" and self.kinds[v][0] == "op" and f"B{v}" not in ns
                         and self.owner_of.get(v, v) == v and last.get(v) == pos
                         and group_end.get(v, pos) == pos
+                        # no other operand reads its memory (a row of it, read for every row)
+                        and not any(k2 == "s" and v2 != v and self.owner_of.get(v2, v2) == v
+                                    for k2, v2 in args)
                     ):  # fmt: skip
                         argstr.append(f"o0=v{v}")
                         break

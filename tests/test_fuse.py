@@ -470,3 +470,24 @@ def test_an_operand_still_read_later_or_not_owned_is_never_written_over():
     for line in step.source.splitlines():
         if "fused[relu]" in line or "fused[relu, mul]" in line:
             assert "o0=" not in line, step.source
+
+
+def test_an_operand_whose_row_the_loop_also_reads_is_not_written_over():
+    """``relu(x - x[0])`` with ``x`` dead after it: the loop reads ``x[0]`` (a view of ``x``)
+    for every row, so writing the result over ``x`` would change what later rows read."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w0 = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
+            self.w = tg.Parameter(tg.tensor(w0))
+
+        def forward(self, a):
+            x = F.relu(a * 2.0)  # a loop's fresh output; nothing reads it after the next line
+            return (F.relu(x - x[0]) @ self.w).sum()
+
+    rng = np.random.default_rng(7)
+    batches = [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(4)]
+    step = _assert_equal_runs(M, OPTIMIZERS["sgd"], lambda m, a: m(a), batches)
+    line = next(s for s in step.source.splitlines() if "fused[sub, relu]" in s)
+    assert "o0=" not in line, step.source
