@@ -34,6 +34,18 @@ def _close(a, ref, dtype):
     np.testing.assert_allclose(a, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
 
 
+def _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype):
+    """conv2d forward (with the bias, when given, and without), its input gradient and its
+    weight gradient each equal the numpy reference."""
+    cases = [(_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
+             (_f_conv._input_grad_fwd, (g, w, geom, groups)),
+             (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape))]  # fmt: skip
+    if b is not None:
+        cases.insert(0, (_f_conv._conv2d_fwd, (x, w, b, geom, groups)))
+    for fn, args in cases:
+        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+
+
 def _geom(shape, k, pad, d):
     n, c, h, w = shape
     ho = _f_conv.out_size(h, k[0], 1, pad[0], d[0])
@@ -67,14 +79,8 @@ def test_direct_conv_kernels_equal_the_numpy_reference(
     b = rng.standard_normal(o).astype(dtype)
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is not None
     y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
-    _close(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups), dtype)
     g = rng.standard_normal(y.shape).astype(dtype)
-    for fn, args in (
-        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
-        (_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
-    ):
-        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
 
 @numba_only
@@ -86,12 +92,7 @@ def test_direct_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)[:, :, ::-1, :]
     g = rng.standard_normal((3, 5, 7, 8)).astype(np.float32).transpose(0, 1, 3, 2)
     assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
-    for fn, args in (
-        (_f_conv._conv2d_fwd, (x, w, None, geom, 1)),
-        (_f_conv._input_grad_fwd, (g, w, geom, 1)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, 1, w.shape)),
-    ):
-        _close(fn(*args), _reference(monkeypatch, fn, *args), np.float32)
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
 STACK_CASES = [  # planes that share padding, crop, or take a tail of one output channel
@@ -127,12 +128,7 @@ def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is conv_direct
     y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
     g = rng.standard_normal(y.shape).astype(dtype)
-    for fn, args in (
-        (_f_conv._conv2d_fwd, (x, w, b, geom, groups)),
-        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
-    ):
-        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
 
 @numba_only
@@ -198,13 +194,7 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
     pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8
     assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
-    for fn, args in (
-        (_f_conv._conv2d_fwd, (x, w, b, geom, groups)),
-        (_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
-        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
-    ):
-        _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
 
 @numba_only
@@ -215,12 +205,7 @@ def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     w = rng.standard_normal((24, 16, 4, 4)).astype(np.float32)[:, :, ::-1, :]
     g = rng.standard_normal((3, 24, 4, 4)).astype(np.float32).transpose(0, 1, 3, 2)
     assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
-    for fn, args in (
-        (_f_conv._conv2d_fwd, (x, w, None, geom, 1)),
-        (_f_conv._input_grad_fwd, (g, w, geom, 1)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, 1, w.shape)),
-    ):
-        _close(fn(*args), _reference(monkeypatch, fn, *args), np.float32)
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
 CONV_TORCH = [  # shape, O, kernel, stride, padding, dilation, groups
