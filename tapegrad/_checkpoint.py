@@ -132,7 +132,7 @@ def _recompute(
                      for x in _needed(tape, out, sources, needs, _wrap(g))]  # fmt: skip
     finally:
         gen.set_state(now)
-    return tuple(gi if need else None for gi, need in zip(grads, needs, strict=True))
+    return tuple(grads)  # None where the gradient is not needed
 
 
 def _needed(tape: Tape, out: Any, sources: list[Any], needs: Any, g: Any) -> list[Any]:

@@ -23,6 +23,7 @@ calls, that change trigger a new capture (one program per signature and state).
 from __future__ import annotations
 
 import builtins
+import itertools
 import linecache
 import math
 import os
@@ -487,20 +488,13 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
                 return None
             return (name[:at], args[0][1])
 
+        def size(i: int) -> int:
+            return math.prod(self.meta[self.instrs[i][3]][0])
+
         out: list[int] = []
-        run: list[int] = []
-        key: Any = None
-        for i in [*order, -1]:
-            k = node(i) if i >= 0 else None
-            if k is None or k != key:
-                out += sorted(run, key=lambda j: math.prod(self.meta[self.instrs[j][3]][0]))
-                run = []
-            key = k
-            if k is None:
-                if i >= 0:
-                    out.append(i)
-            else:
-                run.append(i)
+        for k, run in itertools.groupby(order, key=node):
+            items = list(run)
+            out += items if k is None else sorted(items, key=size)
         return out
 
     def _early_updates(self, order: list[int]) -> list[int]:
