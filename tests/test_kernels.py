@@ -136,9 +136,25 @@ def test_the_cache_goes_to_a_user_directory_when_the_package_is_read_only(monkey
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(_kernels.os, "access", lambda path, mode: False)
-    assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", "numba")
+    digest = "kernels-" + _kernels.sources_digest(_kernels._HERE)
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", "numba", digest)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
-    assert _kernels.cache_dir() is None  # the user's choice: numba reads it itself
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path / "mine"), digest)  # the user's
+
+
+def test_the_cache_folder_changes_with_any_kernel_source(tmp_path):
+    # numba keys a cached function on its own file; a helper inlined from another module must
+    # invalidate it too, so the folder is named after all the modules' sources
+    (tmp_path / "a.py").write_text("def f(): return 1\n")
+    (tmp_path / "b.py").write_text("def g(): return 2\n")
+    before = _kernels.sources_digest(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.py").write_text("def f(): return 1\n")
+    (other / "b.py").write_text("def g(): return 3\n")  # only the helper's module differs
+    assert _kernels.sources_digest(other) != before
+    assert _kernels.sources_digest(tmp_path) == before  # stable within a process
+    assert len(before) == 16 and int(before, 16) >= 0
 
 
 def _conv_geom(shape, k, s, p, d):
@@ -239,6 +255,23 @@ def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
     assert not np.signbit(out).any()
     view = x[:, ::2]  # not contiguous: the numpy code
     assert np.array_equal(_relu_fwd(view), np.maximum(view, 0), equal_nan=True)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_bias_kernel_equals_numpys_broadcast_add(dtype):
+    from tapegrad.nn._f_linear import _linear_fwd
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 5, 7)).astype(dtype)
+    w = rng.standard_normal((6, 7)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype)
+    b[0] = np.nan
+    want = (x.reshape(-1, 7) @ w.T + b).reshape(3, 5, 6)
+    got = _linear_fwd(x, w, b)  # the compiled bias add on the folded GEMM output
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    strided = b[None].repeat(2, 0)[:, :].reshape(-1)[::2]  # a non-contiguous bias: numpy's add
+    assert np.array_equal(_linear_fwd(x[0], w, strided), x[0] @ w.T + strided, equal_nan=True)
 
 
 @numba_only

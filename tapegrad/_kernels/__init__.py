@@ -3,10 +3,10 @@
 ``numba()`` decides once per process which implementation the hot primitives use: the
 compiled kernels when numba imports, the numpy code otherwise. ``TAPEGRAD_KERNELS=numpy``
 selects numpy; when numba is missing or fails to import, numpy is selected with one line on
-stderr saying why. Kernels compile on first use with ``cache=True``: into numba's cache beside
-this package, or, when the package directory is not writable (a read-only site-packages), into
-``$XDG_CACHE_HOME/tapegrad/numba`` (``~/.cache/tapegrad/numba``), unless ``NUMBA_CACHE_DIR``
-names one.
+stderr saying why. Kernels compile on first use with ``cache=True``, into a folder named after a
+digest of the kernel modules' sources (``cache_dir``): beside this package, or, when the package
+directory is not writable (a read-only site-packages), under ``$XDG_CACHE_HOME/tapegrad/numba``
+(``~/.cache/tapegrad/numba``), or under ``NUMBA_CACHE_DIR`` when set.
 
 A kernel runs only on numpy arrays of float32 or float64 (``usable``); anything else (CuPy
 arrays, float16) takes the numpy path. A primitive's forward picks its kernel from the same
@@ -16,7 +16,9 @@ code.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -32,14 +34,53 @@ _state: dict[str, Any] = {"decided": False, "numba": None, "why": ""}
 _lock = threading.Lock()
 
 
-def cache_dir() -> str | None:
-    """Where compiled kernels are cached, or None for numba's default (beside the source)."""
+def cache_dir() -> str:
+    """Where compiled kernels are cached: a folder named after a digest of the kernel modules'
+    sources, under ``NUMBA_CACHE_DIR`` when set, else beside this package (``__pycache__``), or
+    ``$XDG_CACHE_HOME/tapegrad/numba`` when the package directory is not writable.
+
+    numba keys a cached function on its own file only; kernels inline helpers from other
+    modules (``softmax.fexp`` in attention and layer norm), so a change there alone would load
+    stale machine code. With the digest in the path, any change to any kernel module compiles
+    every kernel afresh.
+    """
     if os.environ.get("NUMBA_CACHE_DIR"):
-        return None
-    if os.access(_HERE, os.W_OK):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tapegrad", "numba")
+        base = os.environ["NUMBA_CACHE_DIR"]
+    elif os.access(_HERE, os.W_OK):
+        base = str(_HERE / "__pycache__")
+    else:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "tapegrad", "numba")
+    where = os.path.join(base, "kernels-" + sources_digest(_HERE))
+    if base == str(_HERE / "__pycache__"):
+        _prune(base, where)
+    return where
+
+
+def _prune(base: str, keep: str) -> None:
+    """Remove the package's caches of earlier kernel sources (best effort, once a process)."""
+    if _DIGESTS.get(Path(keep)) is not None:
+        return
+    _DIGESTS[Path(keep)] = "pruned"
+    for old in Path(base).glob("kernels-*"):
+        if str(old) != keep:
+            shutil.rmtree(old, ignore_errors=True)
+    for old in Path(base).glob("*.nb[ic]"):  # numba's own cache files, from before the digest
+        old.unlink(missing_ok=True)
+
+
+_DIGESTS: dict[Path, str] = {}
+
+
+def sources_digest(folder: Path) -> str:
+    """A short digest of the ``*.py`` files in ``folder`` (names and contents), once a process."""
+    d = _DIGESTS.get(folder)
+    if d is None:
+        h = hashlib.blake2b(digest_size=8)
+        for f in sorted(folder.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        d = _DIGESTS[folder] = h.hexdigest()
+    return d
 
 
 def _load() -> ModuleType | None:
@@ -114,9 +155,8 @@ def jit(parallel: bool = False, fastmath: Any = False, signatures: Any = None) -
         where = cache_dir()
         config = nb.core.config
         old = config.CACHE_DIR
-        if where is not None:
-            os.makedirs(where, exist_ok=True)
-            config.CACHE_DIR = where  # read when the cache is attached, just below
+        os.makedirs(where, exist_ok=True)
+        config.CACHE_DIR = where  # read when the cache is attached, just below
         try:
             opts = {"cache": True, "parallel": parallel, "fastmath": fastmath, "nogil": True}
             if signatures is not None:
