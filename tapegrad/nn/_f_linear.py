@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _kernels as K
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
@@ -19,16 +20,25 @@ from ._f_common import float_input, same_float, take
 # --------------------------------------------------------------------------------------------
 
 
+def _add_bias(y: Any, b: Any) -> None:
+    if y.ndim == 2 and b.ndim == 1 and K.usable(y, b) and y.flags.c_contiguous and b.flags.c_contiguous:
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        elementwise.add_rows(y, b)
+    else:
+        y += b
+
+
 def _linear_fwd(x: Any, w: Any, b: Any) -> Any:
     if x.ndim == 2:  # the common case, without the reshapes
         y = x @ w.T
         if b is not None:
-            y += b
+            _add_bias(y, b)
         return y
     x2 = x.reshape(-1, x.shape[-1])
     y = x2 @ w.T
     if b is not None:
-        y += b
+        _add_bias(y, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 
