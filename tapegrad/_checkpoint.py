@@ -5,7 +5,10 @@ trainable parameters taken as used; any other function: on a private tape that r
 for the open tapes and is freed at once, to find the parameters it uses), and records one op,
 ``checkpoint``, whose inputs are ``fn``'s tensor arguments and those parameters. Its VJP runs ``fn`` again on a new tape (with the
 random generator as it was, so dropout draws the same masks) and differentiates it: a block's
-activations exist only while the block runs forward and while its own backward runs.
+activations exist only while the block runs forward and while its own backward runs. The
+recomputation runs under ``recomputation()``: an op that would recompute an intermediate in its
+own VJP to save memory (attention's probabilities) keeps it there instead, since the block's
+backward follows at once and frees it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ._autodiff import (
     is_recording,
     isolated,
     no_grad,
+    recomputation,
 )
 from ._creation import default_generator
 from ._tensor import Tensor, _wrap
@@ -125,7 +129,8 @@ def _recompute(
                 it = iter(inputs[:n])
                 args = [_wrap(next(it)) if s is None else s for s in spec]
                 tape.watch(*[a for a, s in zip(args, spec, strict=True) if s is None])
-                out = fn(*args)
+                with recomputation():  # backward follows at once: ops keep what they'd redo
+                    out = fn(*args)
             sources = [a for a, s in zip(args, spec, strict=True) if s is None]
             sources += _params_now(out, tape, n, inputs)
             grads = [x if x is None else x._data

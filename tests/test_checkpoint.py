@@ -179,3 +179,30 @@ def test_backward_computes_no_gradient_the_checkpoint_is_not_asked_for():
     want = ((1 - np.tanh(x.numpy() * w.numpy()) ** 2) * x.numpy()).sum(axis=0)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert calls == {"x": 0, "w": 1}
+
+
+def test_the_recomputation_keeps_attention_probabilities_for_its_backward(monkeypatch):
+    """Outside a checkpoint, attention's backward recomputes its probabilities (forward keeps
+    none); in a checkpoint's recomputation backward follows at once, so the forward keeps them:
+    one probability pass per block fewer, the same gradients."""
+    from tapegrad.nn import _f_attention
+
+    calls = []
+    real = _f_attention._probs
+
+    def counting(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(_f_attention, "_probs", counting)
+    blocks = _stack(2)
+    x = tg.randn(2, 6, 32)
+    plain = _grads(blocks, x, False)
+    n_plain = len(calls)
+    ck = _grads(blocks, x, True)
+    n_ck = len(calls) - n_plain
+    assert n_plain == 2 * 2  # forward, and again in backward, per block
+    assert n_ck == 2 * 2  # the checkpoint's forward, the recomputation; none in backward
+    for a, b in zip(ck[1], plain[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not tg._autodiff.is_recomputing()  # the switch is off again after backward

@@ -48,6 +48,8 @@ class TraceState(threading.local):
         # checks run after every op (forward) and every VJP (backward): tg.detect_anomaly
         self.after_op: Any = None  # after_op(prim, inputs, params, out)
         self.after_vjp: Any = None  # after_vjp(node, input_index, gradient)
+        # True while gradient checkpointing recomputes a block: its backward follows at once
+        self.recomputing = False
 
 
 STATE = TraceState()
@@ -162,6 +164,25 @@ def isolated() -> Iterator[None]:
         st.with_tapes, st.auto, st.recording = saved
         for t in paused:
             t._recording = True
+
+
+@contextlib.contextmanager
+def recomputation() -> Iterator[None]:
+    """Inside, ops run again for a backward that follows at once (gradient checkpointing's
+    recomputation of a block): an op whose VJP would recompute an intermediate to save memory
+    (attention's probabilities) keeps it instead, since it is freed with the block anyway."""
+    st = STATE
+    prev = st.recomputing
+    st.recomputing = True
+    try:
+        yield
+    finally:
+        st.recomputing = prev
+
+
+def is_recomputing() -> bool:
+    """True inside ``recomputation()`` in this thread."""
+    return STATE.recomputing
 
 
 # -- tapes opening and closing (called by Tape) ------------------------------------------------

@@ -5,7 +5,8 @@ op: the scores' scale, mask and softmax are one pass per row (a compiled kernel 
 selected), the two products numpy's batched matmul, and the output is written (B, L, H, D) in
 memory, so the heads merge back into (B, L, H * D) without a copy. Backward recomputes the
 probabilities from ``q`` and ``k`` (one more product) instead of keeping the (B, H, L, S) array
-from forward, and writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D) layout.
+from forward (except in a checkpoint's recomputation, where backward follows at once), and
+writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D) layout.
 Fused because it is measurably faster and lighter than the dozen ops of the composition (see
 docs/design.md); a fully masked row gives zeros (PyTorch's ``scaled_dot_product_attention``).
 """
@@ -16,7 +17,7 @@ import math
 from typing import Any
 
 from .. import _kernels as K
-from .._autodiff import OUT, Joint, apply, defprim
+from .._autodiff import OUT, Joint, apply, defprim, is_recomputing
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
@@ -54,17 +55,21 @@ def _probs(q: Any, k: Any, mask: Any, scale: float) -> Any:
     return s
 
 
-def _attn_fwd(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+def _attn_fwd(q: Any, k: Any, v: Any, mask: Any, scale: float, keep: Any = None) -> Any:
     p = _probs(q, k, mask, scale)
+    if keep is not None:  # a checkpoint's recomputation: backward follows at once
+        keep.append(p)
     out = _blhd(xp_of(q), q.shape[:3] + v.shape[3:], p.dtype)
     return xp_of(q).matmul(p, v, out=out)
 
 
 def _attn_grads_arrays(
-    g: Any, out: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any
+    g: Any, out: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any,
+    keep: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
     xp = xp_of(q)
-    p = _probs(q, k, mask, scale)  # recomputed: forward keeps no (B, H, L, S) array
+    # recomputed: forward keeps no (B, H, L, S) array, unless a recomputation kept it
+    p = keep.pop() if keep else _probs(q, k, mask, scale)
     dv = None
     if needs[2]:
         dv = _blhd(xp, v.shape, p.dtype)
@@ -92,10 +97,11 @@ def _attn_grads_arrays(
 
 
 def _attn_grads(
-    xp: Any, g: Any, ans: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any
+    xp: Any, g: Any, ans: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any,
+    keep: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
     if not xp.tensors:
-        return _attn_grads_arrays(g, ans, q, k, v, mask, scale, needs)
+        return _attn_grads_arrays(g, ans, q, k, v, mask, scale, needs, keep)
     # an outer tape records backward: the same gradients from differentiable ops
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * scale
     p = _safe_softmax(s if mask is None else s + mask)
@@ -121,6 +127,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
     >>> attention(q, k, v, None, 0.5).shape
     (2, 4, 5, 8)
     """
+    if is_recomputing():  # keep the probabilities for the backward that follows at once
+        return apply(_ATTN, q, k, v, mask, scale=float(scale), keep=[])
     return apply(_ATTN, q, k, v, mask, scale=float(scale))
 
 
