@@ -146,8 +146,9 @@ def test_many_channels_and_strides_keep_the_gemm():
     geom = _geom((2, 256, 8, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
     x = np.zeros((2, 256, 8, 8), np.float32)
     assert _f_conv._direct(geom, 1, (256, 256, 3, 3), x) is None  # 256 * 256 channels
-    assert _f_conv._direct(geom, 1, (128, 256, 3, 3), x) is None
-    assert _f_conv._direct(geom, 1, (64, 256, 3, 3), x) is not None  # 64 * 256: the limit
+    assert _f_conv._direct(geom, 1, (128, 128, 3, 3), x) is None
+    assert _f_conv._direct(geom, 1, (32, 16, 3, 3), x) is None  # 512 pairs: the GEMM
+    assert _f_conv._direct(geom, 1, (16, 16, 3, 3), x) is not None  # 16 * 16: the limit
     assert _f_conv._direct(geom, 16, (256, 16, 3, 3), x) is not None  # 16 * 16 per group
     strided = geom._replace(stride=(2, 1))
     assert _f_conv._direct(strided, 1, (4, 256, 3, 3), x) is None
@@ -192,7 +193,7 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     b = rng.standard_normal(o).astype(dtype)
     g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
-    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8
+    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8 or s == (1, 1)
     assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 

@@ -117,10 +117,13 @@ def _part(geom: Geom, n: int) -> Geom:
     return geom._replace(in_shape=(n, *geom.in_shape[1:]))
 
 
-# (C / groups) * (O / groups) up to which stride-1 convolutions run direct: every stride-1 3x3
-# layer of the benchmarks and ports measured (1 -> 8 up to 128 -> 128, 8x8 to 28x28 planes) ran
-# as fast or faster direct than through im2col + GEMM (docs/design.md); wider ones are unmeasured
-DIRECT_MAX = 1 << 14
+# (C / groups) * (O / groups) up to which stride-1 convolutions run direct. The direct kernels
+# run on one thread, the GEMM paths on numpy's BLAS threads: measured by wall time on 2 cores
+# (forward and both gradients, alternating in one process), direct wins on narrow layers (1 -> 8
+# at 28x28: 0.95 ms against 1.87 through the GEMM; 8 -> 16 at 13x13: 1.40 against 1.86) and
+# the pixel-major GEMM from 16 -> 32 at 8x8 (3.66 against 4.09 ms) up (32 -> 64 at 26x26: 45
+# against 61; 128 -> 128 at 14x14: 13.1 against 20.5).
+DIRECT_MAX = 256
 DIRECT_SMALL_OUTPUT = False  # whether outputs smaller than the kernel run direct (tests: True)
 
 
@@ -156,8 +159,12 @@ def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any)
     channel-first columns' runs are Wo long. Measured (one core, CPU time, forward + both
     gradients): pixel-major 1.1-1.5x faster on every (h) and (e) layer (C/G <= 64, or Wo = 4),
     channel-first 1.2x faster on (i)'s 64- and 128-channel layers at 14 and 28 pixels wide.
+    By wall time on 2 cores, stride-1 layers of 64 or more channels are faster pixel-major too
+    (128 -> 128 at 14x14: 13.1 against 14.2 ms; 64 -> 64: 3.9 against 4.2), the strided ones
+    channel-first ((i)'s 64 -> 128 s2: 6.8 against 8.1 ms, its 1x1 s2: 1.3 against 2.1).
     """
-    if (wshape[1] >= PIXEL_MAJOR_CHANNELS and geom.out_hw[1] >= 8) or not K.usable(*arrays):
+    wide = wshape[1] >= PIXEL_MAJOR_CHANNELS and geom.out_hw[1] >= 8
+    if (wide and geom.stride != (1, 1)) or not K.usable(*arrays):
         return None
     from .._kernels import conv_gemm  # noqa: PLC0415
 
