@@ -200,6 +200,15 @@ def steps(k: Kernel) -> tuple[Callable[[], Any], Callable[[], Any]]:
     return tg_step, torch_step
 
 
+# Seconds to wait before each timed round. After a call, OpenBLAS's worker threads (numpy's
+# GEMMs) keep spinning on the cores for about 2^28 cycles (OPENBLAS_THREAD_TIMEOUT's default,
+# about 0.1 s), and PyTorch's OpenMP threads spin too: a round that starts right after the other
+# library's ran shares the second core with that spin. Without the pause PyTorch's times here
+# were up to 2x its times alone (DCGAN D conv2 forward + backward: 15-28 ms interleaved against
+# 7.6-9.6 ms in a process of its own).
+SETTLE = 0.25
+
+
 def _time(fn: Callable[[], Any], min_time: float) -> float:
     """Milliseconds per call over at least ``min_time`` seconds."""
     n, t0 = 0, time.perf_counter()
@@ -237,6 +246,7 @@ def measure(kernels: list[Kernel], rounds: int = 5, min_time: float = 0.05,
         order = list(fns)
         for r in range(rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
+                time.sleep(SETTLE)  # the other library's worker threads stop spinning
                 times[name].append(_time(fns[name], min_time))
         ratio = statistics.median(t / o for t, o in zip(times["torch"], times["tapegrad"],
                                                         strict=True))

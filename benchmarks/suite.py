@@ -133,6 +133,13 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     return sum(v[:8]) - idle, sum(v[:8])
 
 
+# Seconds to wait before each framework's round: after a call OpenBLAS's worker threads keep
+# spinning for about 0.1 s (2^28 cycles, OPENBLAS_THREAD_TIMEOUT's default), PyTorch's OpenMP
+# threads for a while too, and a round that starts at once shares the second core with them
+# (benchmarks/kernels.py: PyTorch's convolutions measured up to 2x slower right after tapegrad's).
+SETTLE = 0.25
+
+
 def _time_steps(bench: W.Bench, n: int, min_time: float) -> tuple[float, int, float | None]:
     """One round: ``n`` steps, then more one at a time until ``min_time`` seconds have passed.
     Returns seconds per step, the number of steps, and the share of the machine's CPU that
@@ -230,6 +237,7 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
         k = r % len(todo)
         for fw in todo[k:] + todo[:k]:  # rotate who goes first
             gc.collect()
+            time.sleep(SETTLE)  # the last framework's worker threads stop spinning first
             try:
                 t, n, load = _time_steps(benches[fw], guess[fw], min_time)
                 steps[fw].append(n)
