@@ -21,7 +21,9 @@ from ._f_common import float_input, same_float, take
 
 
 def _add_bias(y: Any, b: Any) -> None:
-    if y.ndim == 2 and b.ndim == 1 and K.usable(y, b) and y.flags.c_contiguous and b.flags.c_contiguous:
+    # the compiled loop from 16384 elements: below, numba's dispatch costs what it saves
+    if (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and K.usable(y, b)
+            and y.flags.c_contiguous and b.flags.c_contiguous):
         from .._kernels import elementwise  # noqa: PLC0415
 
         elementwise.add_rows(y, b)
