@@ -16,6 +16,7 @@ from torch_compare import compare
 import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad._autodiff import PRIMITIVES
+from tapegrad.nn._f_attention import attention_qkv
 from tapegrad.testing import check_grads
 
 
@@ -752,6 +753,10 @@ def _prim_rows():
                 tg.tensor(_rand(rng, (2, 2, 5, 3))),
                 tg.tensor(_rand(rng, (3, 5))),
             ],
+        ),
+        "nn.attention_qkv": (  # a packed self-attention projection (B, L, 3, H, D)
+            lambda qkv, m: attention_qkv(qkv, m, 0.6) ** 2,
+            [tg.tensor(_rand(rng, (2, 3, 3, 2, 4))), tg.tensor(_rand(rng, (1, 1, 3, 3)))],
         ),
         "nn.mse_loss": (
             lambda x, t: F.mse_loss(x, t) + F.mse_loss(t, x, reduction="sum"),

@@ -292,3 +292,29 @@ def test_is_causal_hint_builds_the_causal_mask():
     assert np.all(np.triu(wa.numpy(), 1) == 0)  # no weight on future positions
     c, _ = mha(x, x, x, attn_mask=np.triu(np.ones((5, 5), bool), 1))  # bool: True = masked
     np.testing.assert_allclose(c.numpy(), b.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_self_attention_takes_one_packed_projection(batch_first):
+    """query is key is value: one (3E)-wide projection GEMM and one ``nn.attention_qkv`` op; the
+    same outputs and gradients as projecting q, k and v separately (a key that is a copy)."""
+    tg.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    x = tg.randn(3, 5, 8)
+    kpm = np.zeros((3, 5) if batch_first else (5, 3), dtype=bool)  # (N, S)
+    kpm[1, -2:] = True
+    runs = []
+    for packed in (True, False):
+        with tg.Tape() as tape:
+            tape.watch(x)
+            key = x if packed else x * 1.0
+            out, w = mha(x, key, key, key_padding_mask=kpm, need_weights=False)
+            loss = (out * out).sum()
+        names = [n.prim.name for n in tape.nodes]
+        assert ("nn.attention_qkv" in names) == packed and w is None
+        assert names.count("nn.linear") == (2 if packed else 4)  # in (and out) projections
+        g = tape.gradient(loss, [x, *mha.parameters()])
+        runs.append((out.numpy(), [t.numpy() for t in g]))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(runs[0][1], runs[1][1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

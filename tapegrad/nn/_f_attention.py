@@ -65,14 +65,16 @@ def _attn_fwd(q: Any, k: Any, v: Any, mask: Any, scale: float, keep: Any = None)
 
 def _attn_grads_arrays(
     g: Any, out: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, needs: Any,
-    keep: Any = None,
+    keep: Any = None, into: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
+    """The gradients of q, k, v (new (B, H, L, D) views of (B, L, H, D) arrays, or written into
+    ``into``'s three views) and of the mask."""
     xp = xp_of(q)
     # recomputed: forward keeps no (B, H, L, S) array, unless a recomputation kept it
     p = keep.pop() if keep else _probs(q, k, mask, scale)
     dv = None
     if needs[2]:
-        dv = _blhd(xp, v.shape, p.dtype)
+        dv = _blhd(xp, v.shape, p.dtype) if into is None else into[2]
         xp.matmul(xp.swapaxes(p, -1, -2), g, out=dv)
     ds = xp.matmul(g, xp.swapaxes(v, -1, -2))  # dp, turned into the scores' gradient in place
     dmask = xp.empty_like(ds) if needs[3] else None
@@ -88,10 +90,10 @@ def _attn_grads_arrays(
         ds *= scale
     dq = dk = None
     if needs[0]:
-        dq = _blhd(xp, q.shape, p.dtype)
+        dq = _blhd(xp, q.shape, p.dtype) if into is None else into[0]
         xp.matmul(ds, k, out=dq)
     if needs[1]:
-        dk = _blhd(xp, k.shape, p.dtype)
+        dk = _blhd(xp, k.shape, p.dtype) if into is None else into[1]
         xp.matmul(xp.swapaxes(ds, -1, -2), q, out=dk)
     return dq, dk, dv, dmask
 
@@ -130,6 +132,59 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
     if is_recomputing():  # keep the probabilities for the backward that follows at once
         return apply(_ATTN, q, k, v, mask, scale=float(scale), keep=[])
     return apply(_ATTN, q, k, v, mask, scale=float(scale))
+
+
+# -- self-attention on one packed (B, L, 3, H, D) projection ----------------------------------
+# A self-attention layer's input projection is one GEMM of width 3E; its output, viewed
+# (B, L, 3, H, D), holds q, k and v. Taking it whole, the op reads the three as views and writes
+# their gradients into one array of that shape, so backward is one GEMM for the projection's
+# input and one for its weight (three of each, and two full-size adds for the shared input,
+# with three separate projections; three full-size scatters with a sliced packed one).
+
+
+def _qkv(a: Any) -> tuple[Any, Any, Any]:
+    """q, k, v as (B, H, L, D) views of a (B, L, 3, H, D) array or Tensor."""
+    if isinstance(a, Tensor):
+        return tuple(S.permute_dims(a[:, :, i], (0, 2, 1, 3)) for i in range(3))  # type: ignore[return-value]
+    return tuple(a[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # type: ignore[return-value]
+
+
+def _attn_qkv_fwd(qkv: Any, mask: Any, scale: float, keep: Any = None) -> Any:
+    q, k, v = _qkv(qkv)
+    return _attn_fwd(q, k, v, mask, scale, keep)
+
+
+def _attn_qkv_grads(
+    xp: Any, g: Any, ans: Any, qkv: Any, mask: Any, scale: float, needs: Any, keep: Any = None
+) -> tuple[Any, Any]:
+    q, k, v = _qkv(qkv)
+    if not xp.tensors:
+        d = xp_of(qkv).empty(qkv.shape, dtype=qkv.dtype) if needs[0] else None
+        into = None if d is None else _qkv(d)
+        wanted = (needs[0], needs[0], needs[0], needs[1])
+        dmask = _attn_grads_arrays(g, ans, q, k, v, mask, scale, wanted, keep, into)[3]
+        return d, dmask
+    dq, dk, dv, dmask = _attn_grads(xp, g, ans, q, k, v, mask, scale, (True,) * 3 + (needs[1],))
+    d = S.stack([S.permute_dims(t, (0, 2, 1, 3)) for t in (dq, dk, dv)], axis=2)
+    return d, dmask
+
+
+# packed (B, L, 3, H, D), mask -> the attention output (B, H, L, D), stored (B, L, H, D)
+_ATTN_QKV = defprim("nn.attention_qkv", _attn_qkv_fwd, Joint(_attn_qkv_grads), (0, 1, OUT))
+
+
+def attention_qkv(qkv: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """``attention(q, k, v, mask, scale)`` with q, k, v the three slices of one (B, L, 3, H, D)
+    Tensor (a packed self-attention projection, viewed). The result is (B, H, L, D), a view of
+    a (B, L, H, D) array.
+
+    >>> import tapegrad as tg
+    >>> attention_qkv(tg.ones((2, 5, 3, 4, 8)), None, 0.5).shape
+    (2, 4, 5, 8)
+    """
+    if is_recomputing():  # keep the probabilities for the backward that follows at once
+        return apply(_ATTN_QKV, qkv, mask, scale=float(scale), keep=[])
+    return apply(_ATTN_QKV, qkv, mask, scale=float(scale))
 
 
 def _safe_softmax(s: Tensor) -> Tensor:

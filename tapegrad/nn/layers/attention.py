@@ -12,7 +12,7 @@ from ..._tensor import Parameter, Tensor, _wrap
 from ...ops import concat, softmax
 from .. import functional as F
 from .. import init
-from .._f_attention import attention
+from .._f_attention import attention, attention_qkv
 from .._module import Module
 from ._utils import new_param
 from .linear import Linear
@@ -147,9 +147,9 @@ class MultiheadAttention(Module):
         N, L = query.shape[:2]
         b = self.in_proj_bias
         if self.in_proj_weight is not None:
-            # Row blocks of the packed weight, one product each, even for self-attention: one
-            # (3E)-wide product split three ways costs three full-size scatters in backward,
-            # slicing the weight costs three (E, E) ones.
+            # Row blocks of the packed weight, one product each (self-attention without the
+            # extras takes forward's packed path instead): one (3E)-wide product split three
+            # ways costs three full-size scatters in backward, slicing the weight three (E, E).
             w = self.in_proj_weight
             wq, wk, wv = w[:E], w[E : 2 * E], w[2 * E :]
         else:
@@ -225,6 +225,22 @@ class MultiheadAttention(Module):
                 )
             kpm = kpm.reshape(N, 1, 1, S)
 
+        p = self.dropout if self.training else 0.0
+        if (
+            query is key is value
+            and self.in_proj_weight is not None
+            and self.bias_k is None
+            and not self.add_zero_attn
+            and not need_weights
+            and p == 0
+        ):  # self-attention: one projection GEMM, q, k, v read as views of its output
+            if mask is not None and kpm is not None:
+                mask = mask + kpm
+            elif mask is None:
+                mask = kpm
+            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)
+            heads = attention_qkv(qkv.reshape(N, L, 3, H, D), mask, 1.0 / math.sqrt(D))
+            return self._merge(heads, N, L, E, batched), None
         q, k, v = self._project(query, key, value)  # (N, H, L, D), (N, H, S, D), (N, H, S, D)
         if self.bias_k is not None and self.bias_v is not None:
             # one more key and value, the same for every batch element
@@ -243,7 +259,6 @@ class MultiheadAttention(Module):
             mask = mask + kpm  # usually constants: one add on the tape, not two
         elif mask is None:
             mask = kpm
-        p = self.dropout if self.training else 0.0
         if not need_weights and p == 0 and q.dtype == k.dtype == v.dtype:
             # one fused op; its output is stored (N, L, H, D), so the merge below is a view
             heads = attention(q, k, v, mask, 1.0 / math.sqrt(D))
@@ -256,16 +271,19 @@ class MultiheadAttention(Module):
             if p > 0:
                 weights = F.dropout(weights, p, training=True)  # returned dropped, as PyTorch
             heads = weights @ v
-        out = heads.permute_dims((0, 2, 1, 3)).reshape(N, L, E)  # (N, L, E)
-        out = self.out_proj(out)
-        if not batched:
-            out = out[0]
-        elif not self.batch_first:
-            out = out.swapaxes(0, 1)
+        out = self._merge(heads, N, L, E, batched)
         if weights is None or not need_weights:
             return out, None
         w = weights.mean(axis=1) if average_attn_weights else weights
         return out, (w if batched else w[0])
+
+
+    def _merge(self, heads: Tensor, N: int, L: int, E: int, batched: bool) -> Tensor:
+        """(N, H, L, D) heads -> the output projection, in the caller's layout."""
+        out = self.out_proj(heads.permute_dims((0, 2, 1, 3)).reshape(N, L, E))  # (N, L, E)
+        if not batched:
+            return out[0]
+        return out if self.batch_first else out.swapaxes(0, 1)
 
 
 def _pad_last(mask: Tensor | None) -> Tensor | None:
