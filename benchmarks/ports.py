@@ -31,6 +31,7 @@ if str(HERE) not in sys.path:
 
 import dcgan_torch  # noqa: E402
 import mnist_torch  # noqa: E402
+import suite  # noqa: E402 - its SETTLE pause
 import workloads as W  # noqa: E402
 
 
@@ -109,6 +110,7 @@ def time_pair(port: Callable[[], Any], original: Callable[[], Any], rounds: int)
     order = list(fns)
     for r in range(rounds):
         for name in order[r % 2:] + order[:r % 2]:
+            time.sleep(suite.SETTLE)  # the other library's worker threads stop spinning first
             t0 = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t0)
