@@ -3,7 +3,8 @@
 ``relu_grad``: numpy's ``g * (y > 0)`` builds a boolean mask (one byte per element) and then a
 product that promotes it; here one loop reads ``g`` and the saved output and writes the
 gradient, the same values (``g * 0`` where the output is not positive, so a NaN gradient stays
-NaN as in the reference). Imported only when numba is selected.
+NaN as in the reference). ``leaky_relu_grad``: ``g`` where the input is positive, else
+``slope * g``, in one pass. Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -31,4 +32,21 @@ def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
     out = np.empty_like(g)
     _relu_grad(g, y, out)
+    return out
+
+
+@jit()
+def _leaky_relu_grad(g, x, out, s):  # type: ignore[no-untyped-def]
+    gf = g.reshape(-1)
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    zero = of.dtype.type(0)
+    for k in range(U(of.size)):
+        of[k] = gf[k] if xf[k] > zero else gf[k] * s
+
+
+def leaky_relu_grad(g: Any, x: Any, slope: float) -> Any:
+    """``g if x > 0 else slope * g`` for C-contiguous ``g`` and ``x`` of one shape and dtype."""
+    out = np.empty_like(g)
+    _leaky_relu_grad(g, x, out, g.dtype.type(slope))
     return out

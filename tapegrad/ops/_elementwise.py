@@ -460,10 +460,38 @@ def nan_to_num(
 
 
 # --- activations (compositions; no gradient code) --------------------------------------------
+def _leaky_fwd(x: Any, slope: float) -> Any:
+    if x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous:  # as relu: one compiled pass
+        from .._kernels import elementwise  # noqa: PLC0415
+
+        return elementwise.leaky_relu(x, slope)
+    return np.where(x > 0, x, x * slope).astype(x.dtype, copy=False)
+
+
+def _leaky_vjp(xp: Any, g: Any, ans: Any, x: Any, slope: float) -> Any:
+    if (
+        not xp.tensors
+        and K.usable(g, x)
+        and g.shape == x.shape
+        and g.flags.c_contiguous
+        and x.flags.c_contiguous
+    ):
+        from .._kernels import activation  # noqa: PLC0415
+
+        return activation.leaky_relu_grad(g, x, slope)
+    return xp.where(x > 0, g, g * slope)
+
+
+_leaky_relu = defprim("leaky_relu", _leaky_fwd, _leaky_vjp, (0,))
+
+
 def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
-    """``x`` for ``x > 0``, else ``negative_slope * x``."""
+    """``x`` for ``x > 0``, else ``negative_slope * x`` (the gradient at 0 is the slope's, as
+    PyTorch). One op on float tensors; integer ones take the composition (a float result)."""
     x = as_tensor(x)
-    return where(x > 0, x, x * negative_slope)
+    if x.dtype.kind != "f":
+        return where(x > 0, x, x * negative_slope)
+    return apply(_leaky_relu, x, slope=float(negative_slope))
 
 
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
