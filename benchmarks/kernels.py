@@ -247,6 +247,7 @@ def measure(kernels: list[Kernel], rounds: int = 5, min_time: float = 0.05,
         for r in range(rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
                 time.sleep(SETTLE)  # the other library's worker threads stop spinning
+                fns[name]()  # one call untimed: the first after the pause runs slower
                 times[name].append(_time(fns[name], min_time))
         ratio = statistics.median(t / o for t, o in zip(times["torch"], times["tapegrad"],
                                                         strict=True))

@@ -111,6 +111,7 @@ def time_pair(port: Callable[[], Any], original: Callable[[], Any], rounds: int)
     for r in range(rounds):
         for name in order[r % 2:] + order[:r % 2]:
             time.sleep(suite.SETTLE)  # the other library's worker threads stop spinning first
+            fns[name]()  # one round untimed: the first after the pause runs slower
             t0 = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t0)

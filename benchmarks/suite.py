@@ -137,6 +137,7 @@ def _cpu_jiffies() -> tuple[int, int] | None:
 # spinning for about 0.1 s (2^28 cycles, OPENBLAS_THREAD_TIMEOUT's default), PyTorch's OpenMP
 # threads for a while too, and a round that starts at once shares the second core with them
 # (benchmarks/kernels.py: PyTorch's convolutions measured up to 2x slower right after tapegrad's).
+# One untimed step follows the pause: the first step after it ran slower (the (g) step 10-20%).
 SETTLE = 0.25
 
 
@@ -238,6 +239,7 @@ def time_workload(key: str, fws: list[str], rounds: int, min_time: float,
         for fw in todo[k:] + todo[:k]:  # rotate who goes first
             gc.collect()
             time.sleep(SETTLE)  # the last framework's worker threads stop spinning first
+            benches[fw].value(benches[fw].step())  # and one step untimed: back to steady state
             try:
                 t, n, load = _time_steps(benches[fw], guess[fw], min_time)
                 steps[fw].append(n)
