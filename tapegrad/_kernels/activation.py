@@ -3,7 +3,7 @@
 ``relu_grad``: numpy's ``g * (y > 0)`` builds a boolean mask (one byte per element) and then a
 product that promotes it; here one loop reads ``g`` and the saved output and writes the
 gradient, the same values (``g * 0`` where the output is not positive, so a NaN gradient stays
-NaN as in the reference). ``leaky_relu_grad``: ``g`` where the input is positive, else
+NaN as in the reference). ``leaky_relu_grad``: ``g`` where the output is positive, else
 ``slope * g``, in one pass. Imported only when numba is selected.
 """
 
@@ -36,17 +36,18 @@ def relu_grad(g: Any, y: Any) -> Any:
 
 
 @jit()
-def _leaky_relu_grad(g, x, out, s):  # type: ignore[no-untyped-def]
+def _leaky_relu_grad(g, y, out, s):  # type: ignore[no-untyped-def]
     gf = g.reshape(-1)
-    xf = x.reshape(-1)
+    xf = y.reshape(-1)
     of = out.reshape(-1)
     zero = of.dtype.type(0)
     for k in range(U(of.size)):
         of[k] = gf[k] if xf[k] > zero else gf[k] * s
 
 
-def leaky_relu_grad(g: Any, x: Any, slope: float) -> Any:
-    """``g if x > 0 else slope * g`` for C-contiguous ``g`` and ``x`` of one shape and dtype."""
+def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
+    """``g if y > 0 else slope * g`` for C-contiguous ``g`` and the saved output ``y`` (positive
+    exactly where the input is, for a slope >= 0) of one shape and dtype."""
     out = np.empty_like(g)
-    _leaky_relu_grad(g, x, out, g.dtype.type(slope))
+    _leaky_relu_grad(g, y, out, g.dtype.type(slope))
     return out

@@ -469,27 +469,30 @@ def _leaky_fwd(x: Any, slope: float) -> Any:
 
 
 def _leaky_vjp(xp: Any, g: Any, ans: Any, x: Any, slope: float) -> Any:
+    # with slope >= 0 the output is positive exactly where the input is: the output is saved
+    # (the next layer keeps it anyway), not the input
     if (
         not xp.tensors
-        and K.usable(g, x)
-        and g.shape == x.shape
+        and K.usable(g, ans)
+        and g.shape == ans.shape
         and g.flags.c_contiguous
-        and x.flags.c_contiguous
+        and ans.flags.c_contiguous
     ):
         from .._kernels import activation  # noqa: PLC0415
 
-        return activation.leaky_relu_grad(g, x, slope)
-    return xp.where(x > 0, g, g * slope)
+        return activation.leaky_relu_grad(g, ans, slope)
+    return xp.where(ans > 0, g, g * slope)
 
 
-_leaky_relu = defprim("leaky_relu", _leaky_fwd, _leaky_vjp, (0,))
+_leaky_relu = defprim("leaky_relu", _leaky_fwd, _leaky_vjp, (OUT,))
 
 
 def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
     """``x`` for ``x > 0``, else ``negative_slope * x`` (the gradient at 0 is the slope's, as
-    PyTorch). One op on float tensors; integer ones take the composition (a float result)."""
+    PyTorch). One op on float tensors with a slope >= 0; integer inputs and negative slopes
+    take the composition (integers give a float result)."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind != "f" or not negative_slope >= 0:
         return where(x > 0, x, x * negative_slope)
     return apply(_leaky_relu, x, slope=float(negative_slope))
 
