@@ -66,7 +66,7 @@ def _others(j0: tuple[int, int] | None, c0: object) -> float:
     return max(0.0, ((j1[0] - j0[0]) / hz - ours) / ((j1[1] - j0[1]) / hz))
 
 
-def measure(rounds: int = 7, max_wait: float = 300.0) -> dict[str, float]:
+def measure(rounds: int = 21, max_wait: float = 300.0) -> dict[str, float]:
     x = tg.tensor(np.random.default_rng(0).standard_normal((BATCH, SEQ, D)).astype(np.float32))
     runs = {}
     for ckpt in (False, True):
@@ -146,7 +146,7 @@ other processes were busy), the ratio the median of the within-round ratios. The
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--append", help="markdown file to append the section to")
     ap.add_argument("--max-wait", type=float, default=300.0,
                     help="seconds to wait in all for other processes to leave the CPU")
