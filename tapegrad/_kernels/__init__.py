@@ -57,11 +57,14 @@ def cache_dir() -> str:
     return where
 
 
+_PRUNED: set[str] = set()
+
+
 def _prune(base: str, keep: str) -> None:
     """Remove the package's caches of earlier kernel sources (best effort, once a process)."""
-    if _DIGESTS.get(Path(keep)) is not None:
+    if keep in _PRUNED:
         return
-    _DIGESTS[Path(keep)] = "pruned"
+    _PRUNED.add(keep)
     for old in Path(base).glob("kernels-*"):
         if str(old) != keep:
             shutil.rmtree(old, ignore_errors=True)
