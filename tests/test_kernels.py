@@ -142,6 +142,19 @@ def test_the_cache_goes_to_a_user_directory_when_the_package_is_read_only(monkey
     assert _kernels.cache_dir() == os.path.join(str(tmp_path / "mine"), digest)  # the user's
 
 
+def test_earlier_cache_folders_beside_the_package_are_removed(tmp_path):
+    (tmp_path / "kernels-0123456789abcdef").mkdir()
+    (tmp_path / "kernels-0123456789abcdef" / "f.nbc").write_bytes(b"old")
+    (tmp_path / "attention._softmax_rows-27.py311.nbi").write_bytes(b"old")  # numba's own
+    (tmp_path / "softmax.cpython-311.pyc").write_bytes(b"keep")
+    keep = tmp_path / "kernels-fedcba9876543210"
+    keep.mkdir()
+    _kernels._prune(str(tmp_path), str(keep))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kernels-fedcba9876543210", "softmax.cpython-311.pyc"
+    ]
+
+
 def test_the_cache_folder_changes_with_any_kernel_source(tmp_path):
     # numba keys a cached function on its own file; a helper inlined from another module must
     # invalidate it too, so the folder is named after all the modules' sources
