@@ -94,9 +94,26 @@ sigmoid = _unary(
 )  # fmt: skip
 
 
+def _fwd_kernel(x: Any) -> bool:
+    """Whether an activation's compiled forward loop takes ``x``: above a size where its call
+    costs less than numpy's extra pass, C-contiguous."""
+    return x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous
+
+
+def _vjp_kernel(xp: Any, g: Any, ans: Any) -> bool:
+    """Whether an activation's compiled gradient loop takes ``g`` and the saved output: on
+    arrays, one pass without a boolean mask (less memory in backward)."""
+    return (
+        not xp.tensors
+        and K.usable(g, ans)
+        and g.shape == ans.shape
+        and g.flags.c_contiguous
+        and ans.flags.c_contiguous
+    )
+
+
 def _relu_fwd(x: Any) -> Any:
-    # the compiled loop above a size where its call costs less than numpy's extra pass
-    if x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous:
+    if _fwd_kernel(x):
         from .._kernels import elementwise  # noqa: PLC0415
 
         return elementwise.relu(x)
@@ -104,14 +121,7 @@ def _relu_fwd(x: Any) -> Any:
 
 
 def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
-    # on arrays, one compiled pass without the boolean mask (less memory in backward)
-    if (
-        not xp.tensors
-        and K.usable(g, ans)
-        and g.shape == ans.shape
-        and g.flags.c_contiguous
-        and ans.flags.c_contiguous
-    ):
+    if _vjp_kernel(xp, g, ans):
         from .._kernels import activation  # noqa: PLC0415
 
         return activation.relu_grad(g, ans)
@@ -461,7 +471,7 @@ def nan_to_num(
 
 # --- activations (compositions; no gradient code) --------------------------------------------
 def _leaky_fwd(x: Any, slope: float) -> Any:
-    if x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous:  # as relu: one compiled pass
+    if _fwd_kernel(x):
         from .._kernels import elementwise  # noqa: PLC0415
 
         return elementwise.leaky_relu(x, slope)
@@ -471,13 +481,7 @@ def _leaky_fwd(x: Any, slope: float) -> Any:
 def _leaky_vjp(xp: Any, g: Any, ans: Any, x: Any, slope: float) -> Any:
     # with slope >= 0 the output is positive exactly where the input is: the output is saved
     # (the next layer keeps it anyway), not the input
-    if (
-        not xp.tensors
-        and K.usable(g, ans)
-        and g.shape == ans.shape
-        and g.flags.c_contiguous
-        and ans.flags.c_contiguous
-    ):
+    if _vjp_kernel(xp, g, ans):
         from .._kernels import activation  # noqa: PLC0415
 
         return activation.leaky_relu_grad(g, ans, slope)
