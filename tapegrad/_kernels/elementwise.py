@@ -2,8 +2,9 @@
 
 ``relu``: ``np.maximum(x, 0)`` on float32 broadcasts a Python int and was 3-4x slower than this
 loop on the benchmark activations. Same values, NaN and the sign of zero included (``-0.0``
-gives ``+0.0``, as numpy). ``add_rows``: a linear layer's bias added to its GEMM's output in place. ``leaky_relu``: one pass
-where the composition ``where(x > 0, x, slope * x)`` was three ops forward and four backward.
+gives ``+0.0``, as numpy). ``leaky_relu``: one pass where the composition
+``where(x > 0, x, slope * x)`` was three ops forward and four backward. ``add_rows``: a linear
+layer's bias added to its GEMM's output in place.
 
 Binary cross-entropy on probabilities and on logits: the loss (per element, or its sum) and
 the gradients for input and target, each one loop, and the [0, 1] range check of the inputs

@@ -129,9 +129,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
     >>> attention(q, k, v, None, 0.5).shape
     (2, 4, 5, 8)
     """
-    if is_recomputing():  # keep the probabilities for the backward that follows at once
-        return apply(_ATTN, q, k, v, mask, scale=float(scale), keep=[])
-    return apply(_ATTN, q, k, v, mask, scale=float(scale))
+    return apply(_ATTN, q, k, v, mask, scale=float(scale), **_keep())
+
+
+def _keep() -> dict[str, Any]:
+    """In a checkpoint's recomputation, a list the forward puts its probabilities in for the
+    backward that follows at once; otherwise nothing (backward recomputes them)."""
+    return {"keep": []} if is_recomputing() else {}
 
 
 # -- self-attention on one packed (B, L, 3, H, D) projection ----------------------------------
@@ -182,9 +186,7 @@ def attention_qkv(qkv: Tensor, mask: Tensor | None, scale: float) -> Tensor:
     >>> attention_qkv(tg.ones((2, 5, 3, 4, 8)), None, 0.5).shape
     (2, 4, 5, 8)
     """
-    if is_recomputing():  # keep the probabilities for the backward that follows at once
-        return apply(_ATTN_QKV, qkv, mask, scale=float(scale), keep=[])
-    return apply(_ATTN_QKV, qkv, mask, scale=float(scale))
+    return apply(_ATTN_QKV, qkv, mask, scale=float(scale), **_keep())
 
 
 def _safe_softmax(s: Tensor) -> Tensor:
