@@ -16,8 +16,10 @@ Measured (forward + both gradients of one layer, one thread, CPU time; channel-f
 pixel-major after, PyTorch's oneDNN): DCGAN 4x4 stride-2 3->16 15.6 -> 10.4 ms (13.1),
 16->32 19.8 -> 13.2 (14.5), 32->64 13.9 -> 12.5 (10.9), 64->128 12.4 -> 11.4 (9.3); 3x3 16->32
 on 8x8 5.4 -> 4.6 (2.8). The GEMMs are now about three quarters of the time. At 64+ channels
-on rows 8+ pixels wide the transposes cost more than they save and ``_f_conv._pixel_major``
-keeps the channel-first path. Serial kernels (see docs/design.md for why no threads).
+on rows 8+ pixels wide and a stride above 1 the transposes cost more than they save and
+``_f_conv._pixel_major`` keeps the channel-first path (stride-1 layers of any width come here:
+by wall time, 128 -> 128 at 14x14 13.1 against 14.2 ms). Serial kernels (see docs/design.md for
+why no threads).
 Imported only when numba is selected.
 """
 from __future__ import annotations
