@@ -447,25 +447,34 @@ def test_a_loop_writes_over_an_operand_that_dies_there_and_equals_eager():
     assert "fused[relu vjp0]" in src and "o0=" in src.split("fused[relu vjp0]")[0].splitlines()[-1]
 
 
+def _one_weight(seed, forward):
+    """A model factory: one (4, 3) float32 weight ``w`` drawn from ``seed``, ``forward(m, *x)``."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w0 = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
+            self.w = tg.Parameter(tg.tensor(w0))
+
+        def forward(self, *x):
+            return forward(self, *x)
+
+    return M
+
+
 def test_an_operand_still_read_later_or_not_owned_is_never_written_over():
     """x is read again after the ReLU, and a view of a parameter is the parameter's memory:
     neither is given to a loop as its output, and compiled equals eager."""
     rng = np.random.default_rng(4)
 
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            w0 = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
-            self.w = tg.Parameter(tg.tensor(w0))
-
-        def forward(self, x):
-            h = x @ self.w
-            r = F.relu(h)  # h is read again below: not dead at the ReLU
-            v = F.relu(self.w.reshape(3, 4))  # a view of the parameter: never written over
-            return (r * h).sum() + v.sum()
+    def forward(m, x):
+        h = x @ m.w
+        r = F.relu(h)  # h is read again below: not dead at the ReLU
+        v = F.relu(m.w.reshape(3, 4))  # a view of the parameter: never written over
+        return (r * h).sum() + v.sum()
 
     batches = [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(4)]
-    step = _assert_equal_runs(M, OPTIMIZERS["sgd"], lambda m, x: m(x), batches)
+    step = _assert_equal_runs(_one_weight(5, forward), OPTIMIZERS["sgd"], lambda m, x: m(x), batches)
     assert "fused[relu]" in step.source and "fused[relu, mul]" in step.source, step.source
     for line in step.source.splitlines():
         if "fused[relu]" in line or "fused[relu, mul]" in line:
@@ -476,18 +485,12 @@ def test_an_operand_whose_row_the_loop_also_reads_is_not_written_over():
     """``relu(x - x[0])`` with ``x`` dead after it: the loop reads ``x[0]`` (a view of ``x``)
     for every row, so writing the result over ``x`` would change what later rows read."""
 
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            w0 = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
-            self.w = tg.Parameter(tg.tensor(w0))
-
-        def forward(self, a):
-            x = F.relu(a * 2.0)  # a loop's fresh output; nothing reads it after the next line
-            return (F.relu(x - x[0]) @ self.w).sum()
+    def forward(m, a):
+        x = F.relu(a * 2.0)  # a loop's fresh output; nothing reads it after the next line
+        return (F.relu(x - x[0]) @ m.w).sum()
 
     rng = np.random.default_rng(7)
     batches = [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(4)]
-    step = _assert_equal_runs(M, OPTIMIZERS["sgd"], lambda m, a: m(a), batches)
+    step = _assert_equal_runs(_one_weight(6, forward), OPTIMIZERS["sgd"], lambda m, a: m(a), batches)
     line = next(s for s in step.source.splitlines() if "fused[sub, relu]" in s)
     assert "o0=" not in line, step.source
