@@ -51,7 +51,7 @@ def instrument(acc: dict[str, float]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workload", choices=list("abcdeg"))
+    ap.add_argument("workload", choices=W.STEP_WORKLOADS)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--torch", action="store_true", help="also profile the PyTorch step")
     args = ap.parse_args()

@@ -209,6 +209,88 @@ def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
+WINOGRAD_CASES = [  # (N, C, H, W), O, ((top, bottom), (left, right))
+    ((2, 3, 7, 6), 5, ((1, 1), (1, 1))),  # odd output rows: a half tile
+    ((3, 4, 8, 9), 6, ((0, 0), (0, 0))),  # unpadded, odd output columns
+    ((2, 5, 5, 7), 4, ((2, 1), (0, 2))),  # asymmetric, up to 2 (the input gradient pads 0)
+    ((1, 8, 3, 3), 4, ((2, 2), (2, 2))),  # batch 1, a 5x5 output from a 3x3 input
+    ((2, 4, 3, 4), 3, ((0, 0), (0, 0))),  # a 1x2 output: one tile, three quarters unused
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "pad"), WINOGRAD_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
+def test_winograd_kernels_equal_the_numpy_reference(monkeypatch, shape, o, pad, dtype, budget):
+    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
+    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(5)
+    geom = _geom(shape, (3, 3), pad, (1, 1))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    g = rng.standard_normal((shape[0], o, *geom.out_hw)).astype(dtype)
+    assert _f_conv._winograd(geom, 1, w.shape, x, w, b) is not None
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
+
+
+@numba_only
+def test_winograd_takes_wide_3x3_stride_1_layers_only():
+    x = np.zeros((2, 64, 8, 8), np.float32)
+    geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
+    assert _f_conv._winograd(geom, 1, (64, 64, 3, 3), x) is not None
+    assert _f_conv._winograd(geom, 1, (32, 64, 3, 3), x) is None  # 32 output channels
+    assert _f_conv._winograd(geom, 2, (64, 32, 3, 3), x) is None  # groups
+    assert _f_conv._winograd(geom._replace(stride=(1, 2)), 1, (64, 64, 3, 3), x) is None
+    assert _f_conv._winograd(geom._replace(dilation=(2, 2)), 1, (64, 64, 3, 3), x) is None
+    assert _f_conv._winograd(geom._replace(padding=((3, 3), (1, 1))), 1, (64, 64, 3, 3), x) is None
+    five = _geom(x.shape, (5, 5), ((2, 2), (2, 2)), (1, 1))
+    assert _f_conv._winograd(five, 1, (64, 64, 5, 5), x) is None
+    assert _f_conv._winograd(geom, 1, (64, 64, 3, 3), x.astype(np.float16)) is None
+
+
+@numba_only
+def test_winograd_reads_non_contiguous_inputs(monkeypatch):
+    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(6)
+    geom = _geom((3, 6, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = rng.standard_normal((3, 8, 9, 6)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    w = rng.standard_normal((7, 6, 3, 3)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, 7, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    assert _f_conv._winograd(geom, 1, w.shape, x, w) is not None
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
+
+
+@pytest.mark.parametrize(("shape", "o", "p"), [((2, 3, 7, 6), 5, 1), ((1, 4, 6, 5), 2, 0)])
+def test_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o, p):
+    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((o, shape[1], 3, 3))
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape(persistent=True) as outer:
+        outer.watch(xt)
+        with tg.Tape() as tape:
+            tape.watch(xt)
+            y = F.conv2d(xt, wt, padding=p)
+            loss = (y * y).sum()
+        gx, gw = tape.gradient(loss, [xt, wt])
+        second = (gx * gx).sum() + (gw * gw).sum()
+    hx, hw = outer.gradient(second, [xt, wt])
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    ty = torch.nn.functional.conv2d(tx, tw, padding=p)
+    tgx, tgw = torch.autograd.grad((ty * ty).sum(), [tx, tw], create_graph=True)
+    thx, thw = torch.autograd.grad((tgx * tgx).sum() + (tgw * tgw).sum(), [tx, tw])
+    pairs = [(y, ty), (gx, tgx), (gw, tgw), (hx, thx), (hw, thw)]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-9)
+
+
 CONV_TORCH = [  # shape, O, kernel, stride, padding, dilation, groups
     ((1, 2, 9, 8), 4, (3, 3), 1, 1, 1, 1),
     ((3, 4, 9, 8), 8, (3, 3), 1, "same", 2, 2),
