@@ -182,16 +182,27 @@ def tiles(geom: Any) -> tuple[int, int]:
 
 
 def per_sample(geom: Any, c: int, o: int) -> int:
-    """Scratch elements one sample needs: V, M, the channels-last padded input and output."""
+    """Scratch elements one sample needs: V, M, and one buffer for the channels-last padded
+    input and then the channels-last output (or output gradient)."""
     th, tw = tiles(geom)
-    return 16 * th * tw * (c + o) + (2 * th + 2) * (2 * tw + 2) * c + 4 * th * tw * o
+    return 16 * th * tw * (c + o) + _side(th, tw, c, o)
+
+
+def _side(th: int, tw: int, c: int, o: int) -> int:
+    """Elements per sample of the buffer the channels-last input and output take in turn."""
+    return max((2 * th + 2) * (2 * tw + 2) * c, 4 * th * tw * o)
+
+
+def _kron(dt: Any) -> Any:
+    """(16, 9): row a * 4 + b, column i * 3 + j holds G[a, i] G[b, j]."""
+    return np.kron(_G, _G).astype(dt)
 
 
 def _u(w: Any, dt: Any) -> Any:
-    """The transformed weights (O, C, 3, 3) -> (16, C, O)."""
-    g = _G.astype(dt)
-    u = np.einsum("ai,ocij,bj->abco", g, w.astype(dt, copy=False), g, optimize=True)
-    return np.ascontiguousarray(u.reshape(16, w.shape[1], w.shape[0]))
+    """The transformed weights G w G^T, (O, C, 3, 3) -> (16, C, O)."""
+    o, c = w.shape[:2]
+    w9 = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0)).reshape(9, c * o)
+    return (_kron(dt) @ w9).reshape(16, c, o)
 
 
 def _most(chunks: Any) -> int:
@@ -207,23 +218,22 @@ def _conv(x: Any, u: Any, b: Any, pads: tuple[int, int], out_hw: tuple[int, int]
     hp, wp = 2 * th + 2, 2 * tw + 2
     dt = u.dtype
     most = _most(chunks)
-    xt_buf = np.empty(most * hp * wp * c, dtype=dt)
+    side = np.empty(most * _side(th, tw, c, o), dtype=dt)  # the input copy, then the output
     v_buf = np.empty(16 * most * th * tw * c, dtype=dt)
     m_buf = np.empty(16 * most * th * tw * o, dtype=dt)
-    yt_buf = np.empty(most * 4 * th * tw * o, dtype=dt)
     out = np.empty((n, o, ho, wo), dtype=dt)
     bb = np.empty(0, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
     xc = np.ascontiguousarray(x)
     for a, z in chunks:
         k = z - a
-        xt = xt_buf[: k * hp * wp * c].reshape(k, 1, hp, wp, c)
+        xt = side[: k * hp * wp * c].reshape(k, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pads[0], pads[1])
         v = v_buf[: 16 * k * th * tw * c].reshape(k * th * tw, 16, c)
         _in_tf(xt, v, th, tw)
         m = m_buf[: 16 * k * th * tw * o].reshape(k * th * tw, 16, o)
         # 16 GEMMs (tiles, C) @ (C, O), reading and writing tile-major arrays in place
         np.matmul(v.transpose(1, 0, 2), u, out=m.transpose(1, 0, 2))
-        yt = yt_buf[: k * 4 * th * tw * o].reshape(k, 2 * th, 2 * tw, o)
+        yt = side[: k * 4 * th * tw * o].reshape(k, 2 * th, 2 * tw, o)
         _out_tf(m, yt, th, tw)
         _to_nchw(yt, bb, out, a)
     return out
@@ -253,26 +263,31 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     hp, wp = 2 * th + 2, 2 * tw + 2
     dt = x.dtype
     most = _most(chunks)
-    xt_buf = np.empty(most * hp * wp * c, dtype=dt)
+    side = np.empty(most * _side(th, tw, c, o), dtype=dt)  # the input copy, then the gradient's
     v_buf = np.empty(16 * most * th * tw * c, dtype=dt)
     m_buf = np.empty(16 * most * th * tw * o, dtype=dt)
-    gt_buf = np.empty(most * 4 * th * tw * o, dtype=dt)
     acc = np.zeros((16, c, o), dtype=dt)
-    part = np.empty_like(acc)
+    # the products summed into acc a quarter of the positions at a time: the chunk's partial
+    # sums need a quarter of acc's memory (this pass holds a step's peak in conv nets)
+    part = np.empty((4, c, o), dtype=dt)
     xc = np.ascontiguousarray(x)
     gc = np.ascontiguousarray(g, dtype=dt)
     for a, z in chunks:
         k = z - a
-        xt = xt_buf[: k * hp * wp * c].reshape(k, 1, hp, wp, c)
+        xt = side[: k * hp * wp * c].reshape(k, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pt, pl)
         v = v_buf[: 16 * k * th * tw * c].reshape(k * th * tw, 16, c)
         _in_tf(xt, v, th, tw)
-        gt = gt_buf[: k * 4 * th * tw * o].reshape(k, 1, 2 * th, 2 * tw, o)
+        gt = side[: k * 4 * th * tw * o].reshape(k, 1, 2 * th, 2 * tw, o)
         _nhwc(gc[a:z], gt, 0, 0)  # zeros past Ho, Wo
         dm = m_buf[: 16 * k * th * tw * o].reshape(k * th * tw, 16, o)
         _out_tf_adjoint(gt, dm, th, tw)
-        np.matmul(v.transpose(1, 2, 0), dm.transpose(1, 0, 2), out=part)
-        np.add(acc, part, out=acc)
-    gm = _G.astype(dt)
-    dw = np.einsum("ai,abco,bj->ocij", gm, acc.reshape(4, 4, c, o), gm, optimize=True)
-    return np.ascontiguousarray(dw, dtype=dt).reshape(wshape)
+        for q in range(0, 16, 4):
+            np.matmul(v[:, q : q + 4].transpose(1, 2, 0), dm[:, q : q + 4].transpose(1, 0, 2),
+                      out=part)
+            np.add(acc[q : q + 4], part, out=acc[q : q + 4])
+    del side, v_buf, m_buf, part, xt, v, gt, dm
+    # dw = G^T dU G as one (9, 16) @ (16, C * O) product: no intermediate larger than dw
+    d9 = _kron(dt).T @ acc.reshape(16, c * o)
+    del acc
+    return np.ascontiguousarray(d9.reshape(3, 3, c, o).transpose(3, 2, 0, 1)).reshape(wshape)
