@@ -198,11 +198,18 @@ def _kron(dt: Any) -> Any:
     return np.kron(_G, _G).astype(dt)
 
 
-def _u(w: Any, dt: Any) -> Any:
-    """The transformed weights G w G^T, (O, C, 3, 3) -> (16, C, O)."""
+def _u(w: Any, dt: Any, flip: bool = False) -> Any:
+    """The transformed weights G w G^T of (O, C, 3, 3) ``w``: (16, C, O), or with ``flip`` those
+    of the input gradient's weights (taps reversed, channel axes swapped): (16, O, C). One
+    (16, 9) @ (9, C O) product."""
     o, c = w.shape[:2]
+    k = _kron(dt)
+    if flip:  # reversed taps: the columns of the transform reversed, not the weights
+        return (k[:, ::-1] @ np.ascontiguousarray(w, dtype=dt).reshape(o * c, 9).T).reshape(
+            16, o, c)
+    # the taps first, (C, O) after: the product's rows are then (C, O) as the GEMMs take them
     w9 = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0)).reshape(9, c * o)
-    return (_kron(dt) @ w9).reshape(16, c, o)
+    return (k @ w9).reshape(16, c, o)
 
 
 def _most(chunks: Any) -> int:
@@ -249,8 +256,7 @@ def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
     """The input gradient of ``conv``: ``g`` convolved with the flipped, channel-swapped weights,
     padded by 2 - p (each padding at most 2)."""
     (pt, _), (pl, _) = geom.padding
-    wf = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
-    return _conv(g, _u(wf, g.dtype), None, (2 - pt, 2 - pl), geom.in_shape[2:], chunks)
+    return _conv(g, _u(w, g.dtype, flip=True), None, (2 - pt, 2 - pl), geom.in_shape[2:], chunks)
 
 
 def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
