@@ -39,6 +39,15 @@ _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.
 
 
 @jit()
+def _tile(s, ty, tx, th, tw, hp, wp, k):  # type: ignore[no-untyped-def]
+    """Offsets of tile (ty, tx) of sample s for k channels: its 16 rows in the tile-major
+    array (tiles, 16, k), and its first two rows in the channels-last (n, hp, wp, k) one."""
+    q = U((((s * th + ty) * tw + tx) * 16) * k)
+    d0 = U(((s * hp + 2 * ty) * wp + 2 * tx) * k)
+    return q, d0, d0 + U(wp * k)
+
+
+@jit()
 def _in_tf(xt, v, th, tw):  # type: ignore[no-untyped-def]
     """v (n * th * tw, 16, C) <- B^T d B for each 4x4 patch d of xt (n, 1, Hp, Wp, C), where
     patch (ty, tx) starts at row 2 ty, column 2 tx (Hp >= 2 th + 2, Wp >= 2 tw + 2)."""
@@ -50,13 +59,10 @@ def _in_tf(xt, v, th, tw):  # type: ignore[no-untyped-def]
     for s in range(n_):
         for ty in range(th):
             for tx in range(tw):
-                t = (s * th + ty) * tw + tx
-                r0 = U(((s * hp + 2 * ty) * wp + 2 * tx) * c_)
-                r1 = r0 + row
+                # one tile's 16 rows of C are contiguous in v: 16 short write streams
+                q0, r0, r1 = _tile(s, ty, tx, th, tw, hp, wp, c_)
                 r2 = r1 + row
                 r3 = r2 + row
-                # one tile's 16 rows of C are contiguous in v: 16 short write streams
-                q0 = U(t * 16 * c_)
                 for j in range(U(4)):
                     cj = j * cc
                     d = q0 + j * cc
@@ -94,10 +100,7 @@ def _out_tf(m, yt, th, tw):  # type: ignore[no-untyped-def]
     for s in range(n_):
         for ty in range(th):
             for tx in range(tw):
-                t = (s * th + ty) * tw + tx
-                q = U(t * 16 * o_)
-                d0 = U(((s * hp + 2 * ty) * wp + 2 * tx) * o_)
-                d1 = d0 + U(wp * o_)
+                q, d0, d1 = _tile(s, ty, tx, th, tw, hp, wp, o_)
                 for o in range(oo):
                     # A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, then the same on the columns
                     p0 = mf[q + o] + mf[q + U(4) * oo + o] + mf[q + U(8) * oo + o]
@@ -125,10 +128,7 @@ def _out_tf_adjoint(gt, dm, th, tw):  # type: ignore[no-untyped-def]
     for s in range(n_):
         for ty in range(th):
             for tx in range(tw):
-                t = (s * th + ty) * tw + tx
-                q = U(t * 16 * o_)
-                d0 = U(((s * hp + 2 * ty) * wp + 2 * tx) * o_)
-                d1 = d0 + U(wp * o_)
+                q, d0, d1 = _tile(s, ty, tx, th, tw, hp, wp, o_)
                 for o in range(oo):
                     g00 = gf[d0 + o]
                     g01 = gf[d0 + oo + o]
