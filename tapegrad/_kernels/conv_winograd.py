@@ -7,9 +7,10 @@ transforms of Lavin and Gray ("Fast Algorithms for Convolutional Neural Networks
 
 a tile costs 16 products per channel pair where the direct sum costs 36 (2x2 outputs x 9 taps).
 Summed over the channels, the 16 elementwise products are 16 GEMMs, (tiles, C) @ (C, O): the
-input transform ``_in_tf`` writes ``V`` (16, tiles, C), ``matmul`` gives ``M`` (16, tiles, O)
-and the output transform ``_out_tf`` writes the 2x2 outputs (n, O, Ho, Wo), the bias added on
-the way. The weights' transform ``U = G w G^T`` is a small numpy product.
+input transform ``_in_tf`` writes ``V`` tile-major, (tiles, 16, C), ``matmul`` gives ``M``
+(tiles, 16, O) through strided views, the output transform ``_out_tf`` writes the 2x2 outputs
+channels-last and ``_to_nchw`` copies them out as (n, O, Ho, Wo), the bias added on the way.
+The weights' transform ``U = G w G^T`` is one small numpy product.
 
 Backward, both gradients come from the same algorithm:
 - the input gradient is the forward convolution of the output gradient with the weights
@@ -30,7 +31,7 @@ from typing import Any
 
 from .._backend import np
 from . import jit
-from .conv_gemm import _nhwc
+from .conv_gemm import _most, _nhwc
 
 U = np.uint64
 
@@ -175,16 +176,16 @@ def _to_nchw(yt, b, out, s0):  # type: ignore[no-untyped-def]
                     of[dst + k] = yf[src + k * U(o_)] + bo
 
 
-def tiles(geom: Any) -> tuple[int, int]:
-    """Tile rows and columns covering the (Ho, Wo) output."""
-    ho, wo = geom.out_hw
+def tiles(out_hw: tuple[int, int]) -> tuple[int, int]:
+    """Tile rows and columns covering an (Ho, Wo) output."""
+    ho, wo = out_hw
     return (ho + 1) // 2, (wo + 1) // 2
 
 
 def per_sample(geom: Any, c: int, o: int) -> int:
     """Scratch elements one sample needs: V, M, and one buffer for the channels-last padded
     input and then the channels-last output (or output gradient)."""
-    th, tw = tiles(geom)
+    th, tw = tiles(geom.out_hw)
     return 16 * th * tw * (c + o) + _side(th, tw, c, o)
 
 
@@ -212,16 +213,12 @@ def _u(w: Any, dt: Any, flip: bool = False) -> Any:
     return (k @ w9).reshape(16, c, o)
 
 
-def _most(chunks: Any) -> int:
-    return max((z - a for a, z in chunks), default=0)
-
-
 def _conv(x: Any, u: Any, b: Any, pads: tuple[int, int], out_hw: tuple[int, int],
           chunks: Any) -> Any:
     n, c = x.shape[:2]
     o = u.shape[2]
     ho, wo = out_hw
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    th, tw = tiles(out_hw)
     hp, wp = 2 * th + 2, 2 * tw + 2
     dt = u.dtype
     most = _most(chunks)
@@ -265,7 +262,7 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     c = x.shape[1]
     o = g.shape[1]
     (pt, _), (pl, _) = geom.padding
-    th, tw = tiles(geom)
+    th, tw = tiles(geom.out_hw)
     hp, wp = 2 * th + 2, 2 * tw + 2
     dt = x.dtype
     most = _most(chunks)
