@@ -183,6 +183,7 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     # stride-1 layers this narrow run direct; wider ones (over DIRECT_MAX) take these paths
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     rng = np.random.default_rng(3)
     n, c, h, w_ = shape
     ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
@@ -206,7 +207,109 @@ def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     w = rng.standard_normal((24, 16, 4, 4)).astype(np.float32)[:, :, ::-1, :]
     g = rng.standard_normal((3, 24, 4, 4)).astype(np.float32).transpose(0, 1, 3, 2)
     assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
+
+
+BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation
+    ((4, 16, 8, 8), 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # CLIP's conv2
+    ((5, 16, 12, 12), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # DCGAN's 4x4 s2 p1
+    ((3, 3, 13, 11), 16, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 3 channels: the tail
+    ((1, 32, 22, 23), 16, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # batch 1, partial blocks
+    ((2, 20, 9, 7), 48, (3, 2), (1, 1), ((2, 0), (1, 1)), (1, 1)),  # asymmetric padding
+    ((2, 16, 11, 9), 32, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilation
+    ((2, 8, 9, 10), 16, (3, 3), (2, 3), ((1, 1), (4, 4)), (1, 1)),  # padding past the kernel
+    ((3, 32, 7, 7), 16, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1)),  # 1x1 s2, a 4-pixel row
+    ((2, 16, 3, 4), 16, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # rows under a block
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), BLOCKED_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
+def test_blocked_conv_kernels_equal_the_numpy_reference(
+    monkeypatch, shape, o, k, s, pad, d, dtype, budget
+):
+    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(8)
+    n, c, h, w_ = shape
+    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, c, *k)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
+    assert _f_conv._blocked(geom, 1, w.shape, x, w, b) is not None
+    input_grad = s == (1, 1) and c % 16 == 0 and max(max(p) for p in pad) <= (k[0] - 1) * d[0]
+    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
+
+
+@numba_only
+def test_blocked_takes_narrow_single_group_layers():
+    x = np.zeros((2, 16, 8, 8), np.float32)
+    geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
+    assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x) is not None
+    assert _f_conv._blocked(geom, 1, (24, 16, 3, 3), x) is None  # not a multiple of 16
+    assert _f_conv._blocked(geom, 2, (32, 8, 3, 3), x) is None  # groups
+    assert _f_conv._blocked(geom, 1, (128, 64, 3, 3), x) is None  # 64 channels: the GEMMs
+    assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x.astype(np.float16)) is None
+    # the input gradient: stride 1, input channels a multiple of 16, padding within reach
+    assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x, input_grad=True) is not None
+    assert _f_conv._blocked(geom, 1, (32, 8, 3, 3), x, input_grad=True) is None
+    assert _f_conv._blocked(geom, 1, (64, 16, 3, 3), x, input_grad=True) is None  # sums 64
+    strided = geom._replace(stride=(2, 2))
+    assert _f_conv._blocked(strided, 1, (32, 16, 3, 3), x, input_grad=True) is None
+    far = geom._replace(padding=((3, 3), (1, 1)))
+    assert _f_conv._blocked(far, 1, (32, 16, 3, 3), x, input_grad=True) is None
+
+
+@numba_only
+def test_blocked_kernels_read_non_contiguous_inputs(monkeypatch):
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(9)
+    geom = _geom((3, 16, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, 32, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
+
+
+def _second_order_matches_torch(x, w, s, p):
+    """conv2d's output, gradients and gradients of the gradients' squared norms equal
+    PyTorch's in float64."""
+    xt, wt = tg.tensor(x), tg.Parameter(w)
+    with tg.Tape(persistent=True) as outer:
+        outer.watch(xt)
+        with tg.Tape() as tape:
+            tape.watch(xt)
+            y = F.conv2d(xt, wt, stride=s, padding=p)
+            loss = (y * y).sum()
+        gx, gw = tape.gradient(loss, [xt, wt])
+        second = (gx * gx).sum() + (gw * gw).sum()
+    hx, hw = outer.gradient(second, [xt, wt])
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    ty = torch.nn.functional.conv2d(tx, tw, stride=s, padding=p)
+    tgx, tgw = torch.autograd.grad((ty * ty).sum(), [tx, tw], create_graph=True)
+    thx, thw = torch.autograd.grad((tgx * tgx).sum() + (tgw * tgw).sum(), [tx, tw])
+    pairs = [(y, ty), (gx, tgx), (gw, tgw), (hx, thx), (hw, thw)]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize(("shape", "o", "k", "s", "p"),
+                         [((2, 16, 7, 6), 16, 3, 1, 1), ((2, 3, 9, 10), 16, 4, 2, 1)])
+def test_blocked_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o, k, s, p):
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((o, shape[1], k, k))
+    _second_order_matches_torch(x, w, s, p)
 
 
 WINOGRAD_CASES = [  # (N, C, H, W), O, ((top, bottom), (left, right))
@@ -272,23 +375,7 @@ def test_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, s
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((o, shape[1], 3, 3))
-    xt, wt = tg.tensor(x), tg.Parameter(w)
-    with tg.Tape(persistent=True) as outer:
-        outer.watch(xt)
-        with tg.Tape() as tape:
-            tape.watch(xt)
-            y = F.conv2d(xt, wt, padding=p)
-            loss = (y * y).sum()
-        gx, gw = tape.gradient(loss, [xt, wt])
-        second = (gx * gx).sum() + (gw * gw).sum()
-    hx, hw = outer.gradient(second, [xt, wt])
-    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
-    ty = torch.nn.functional.conv2d(tx, tw, padding=p)
-    tgx, tgw = torch.autograd.grad((ty * ty).sum(), [tx, tw], create_graph=True)
-    thx, thw = torch.autograd.grad((tgx * tgx).sum() + (tgw * tgw).sum(), [tx, tw])
-    pairs = [(y, ty), (gx, tgx), (gw, tgw), (hx, thx), (hw, thw)]
-    for ours, theirs in pairs:
-        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-9)
+    _second_order_matches_torch(x, w, 1, p)
 
 
 CONV_TORCH = [  # shape, O, kernel, stride, padding, dilation, groups

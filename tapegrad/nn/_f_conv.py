@@ -184,6 +184,22 @@ def _wino_chunks(wg: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int
     return _chunks(geom, 0, wg.per_sample(geom, wshape[1], wshape[0]))
 
 
+def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
+             input_grad: bool = False) -> Any:
+    """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
+    convolution's forward and weight gradient (or, with ``input_grad``, its input gradient)."""
+    if groups != 1 or not K.usable(*arrays):
+        return None
+    from .._kernels import conv_blocked  # noqa: PLC0415
+
+    take = conv_blocked.takes_input_grad if input_grad else conv_blocked.takes
+    return conv_blocked if take(geom, groups, wshape[1], wshape[0]) else None
+
+
+def _bl_chunks(bl: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
+    return _chunks(geom, 0, bl.per_sample(geom, wshape[1], wshape[0]))
+
+
 PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
 
 
@@ -220,6 +236,9 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     wg = _winograd(geom, groups, w.shape, x, w, b)
     if wg is not None:
         return wg.conv(x, w, b, geom, _wino_chunks(wg, geom, w.shape))
+    bl = _blocked(geom, groups, w.shape, x, w, b)
+    if bl is not None:
+        return bl.conv(x, w, b, geom, _bl_chunks(bl, geom, w.shape))
     pm = _pixel_major(geom, groups, w.shape, x, w, b)
     if pm is not None:
         return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
@@ -261,6 +280,9 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     wg = _winograd(geom, groups, w.shape, g, w)
     if wg is not None:
         return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
+    bl = _blocked(geom, groups, w.shape, g, w, input_grad=True)
+    if bl is not None:
+        return bl.input_grad(g, w, geom, _bl_chunks(bl, geom, w.shape))
     pm = _pixel_major(geom, groups, w.shape, g, w)
     if pm is not None:
         return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
@@ -282,6 +304,9 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     wg = _winograd(geom, groups, wshape, g, x)
     if wg is not None:
         return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
+    bl = _blocked(geom, groups, wshape, g, x)
+    if bl is not None:
+        return bl.weight_grad(g, x, geom, wshape, _bl_chunks(bl, geom, wshape))
     pm = _pixel_major(geom, groups, wshape, g, x)
     if pm is not None:
         return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
