@@ -5,17 +5,26 @@ at once: ``P * OB`` sums held in registers while the loop runs over the taps and
 channels, each step one broadcast input value per pixel times one vector of ``OB`` weights (the
 weights laid out ``(kh, kw, C, O)``, so the vector is contiguous). The weight gradient is the
 same block turned around: ``PC`` input channels times ``OB`` output channels of one tap, summed
-over every output pixel of the chunk. The input gradient of a stride-1 convolution is the
-forward on the output gradient with the weights flipped and channel-swapped.
+over a sample's output pixels. The input gradient (``tgrad``, any stride) blocks input pixels
+``sw`` apart in a row: they take the same taps from consecutive output-gradient pixels, so a
+strided layer's input gradient (a transposed convolution's forward) needs no zero-stuffing and
+does only the multiply-adds that count. Output channels that do not fill a block are padded
+with zero weights (the copy out drops them); the weight gradient needs whole blocks.
 
 numba has no register arrays: an array of sums lives in memory, and the loop then does a load
 and a store per multiply-add (4-10 GFLOP/s measured). The kernels are therefore written out
-with one scalar per sum, generated from a template (``_source``) for the machine's vector
-width, and compiled with LLVM's SLP vectorizer on (numba leaves it off by default; without it
-the same code runs scalar, 7-12 GFLOP/s), which packs each pixel's ``OB`` sums into vector
-registers: 115-190 GFLOP/s on a 2-core AVX-512 machine, oneDNN's speed on the same layers.
-The generated module is written into the kernel cache folder once, so numba caches its
-machine code like any other kernel's.
+with one scalar per sum, generated from a template for the machine's vector width
+(``_source``), and compiled with LLVM's SLP vectorizer on (numba leaves it off by default;
+without it the same code ran scalar, 7-12 GFLOP/s), which packs each pixel's ``OB`` sums into
+vector registers: 96-115 GFLOP/s on one core of the AVX-512 machine, its peak. The generated
+module is written into the kernel cache folder once and imported from there, so numba caches
+its machine code like any other kernel's (compiling one dtype's three kernels takes about 20
+s; float64 compiles only when used).
+
+Serial, like the other convolution kernels: with ``prange`` they ran 2x faster alone (179-218
+GFLOP/s, above oneDNN's 154-173 at the same layers), but inside a step 1.9-2.1x slower, as
+numpy's BLAS threads spin on the second core for about 0.1 s after each GEMM; with BLAS held
+to one thread the parallel kernels made the (h) step 0.93x the time (docs/design.md).
 Imported only when numba is selected.
 """
 
@@ -50,6 +59,24 @@ PC = P  # input channels per weight-gradient block
 
 def _sums(prefix: str, rows: int, cols: int, value: str) -> list[str]:
     return ["; ".join(f"{prefix}{r}_{j} = {value}" for j in range(cols)) for r in range(rows)]
+
+
+def _blocks(p: int, count: str, at: str, block: Any, ind: int) -> list[str]:
+    """The branches, indented ``ind``, of a row's loop ``while {at} < {count}:``: blocks of
+    ``p`` pixels, of ``p // 2`` in rows narrower than ``p``, single pixels in rows narrower
+    still. Each branch has its size as a literal (held in a variable, the sums ran at half the
+    speed); a row's last partial block is a whole one ending at its last pixel, recomputing a
+    few."""
+    a, b = " " * ind, " " * (ind + 4)
+    out = []
+    for k, cond in ((p, f"if {count} >= {p}:"), (p // 2, f"elif {count} >= {p // 2}:")):
+        out += [a + cond, b + f"{at} = min({at}, {count} - {k})"]
+        out += block(k, b)
+        out.append(b + f"{at} += {k}")
+    out.append(a + "else:")
+    out += block(1, b)
+    out.append(b + f"{at} += 1")
+    return out
 
 
 def _fwd_source(p: int, ob: int) -> str:
@@ -94,20 +121,7 @@ def _fwd_source(p: int, ob: int) -> str:
             lines.append(ind + "; ".join(f"yf[yb + U({i}) * ou + U({j})] = a{i}_{j}" for j in range(ob)))
         return lines
 
-    # literal branches (a block size held in a variable ran at half the speed); a row's last
-    # partial block is a whole block ending at its last pixel, recomputing a few
-    h = p // 2
-    out.append(f"                if wo >= {p}:")
-    out.append(f"                    ox = min(ox, wo - {p})")
-    out += block(p, " " * 20)
-    out.append(f"                    ox += {p}")
-    out.append(f"                elif wo >= {h}:  # narrow rows: half blocks")
-    out.append(f"                    ox = min(ox, wo - {h})")
-    out += block(h, " " * 20)
-    out.append(f"                    ox += {h}")
-    out.append("                else:")
-    out += block(1, " " * 20)
-    out.append("                    ox += 1")
+    out += _blocks(p, "wo", "ox", block, 16)
     return "\n".join(out) + "\n"
 
 
@@ -167,13 +181,73 @@ def _wgrad_source(pc: int, ob: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _tgrad_source(p: int, ob: int) -> str:
+    """``tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol)``: xg (m, H, W, C) <- the input
+    gradient of a convolution (stride, dilation, padding top / left), from its output gradient
+    gt (m, Hg, Wg, O), placed ``ot`` rows down and ``ol`` columns right in zeros wide enough
+    for every window, and wk (kh, kw, O, C), C a multiple of ``ob``. Input pixel (iy, ix)
+    takes tap (ky, kx) where iy + pt - ky * dh and ix + pl - kx * dw are multiples of the
+    stride: the pixels of a row ``sw`` apart take the same taps from consecutive output
+    gradient pixels, so they make the blocks (a row is ``sw`` classes)."""
+    out = [
+        "def tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol):",
+        "    m, hg, wg, o_ = gt.shape",
+        "    kh, kw, _, c_ = wk.shape",
+        "    _, h_, w_, _ = xg.shape",
+        "    gf = gt.reshape(-1)",
+        "    wf = wk.reshape(-1)",
+        "    xf = xg.reshape(-1)",
+        "    z = xf.dtype.type(0)",
+        "    ou = U(o_)",
+        "    cu = U(c_)",
+        "    ps = U(sw * c_)  # from a block's pixel to the next (same class)",
+        "    for r in range(m * h_):",
+        "        n = r // h_",
+        "        iy = r % h_",
+        f"        for cb in range(0, c_, {ob}):",
+        "            for ix0 in range(min(sw, w_)):",
+        "                nj = (w_ - ix0 + sw - 1) // sw",
+        "                j = 0",
+        "                while j < nj:",
+    ]
+
+    def block(k: int, ind: str) -> list[str]:
+        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines += [
+            ind + "for ky in range(kh):",
+            ind + "    ty = iy + pt - ky * dh",
+            ind + "    if ty % sh != 0:",
+            ind + "        continue",
+            ind + "    gy = ty // sh + ot",
+            ind + "    for kx in range(kw):",
+            ind + "        tx = ix0 + pl - kx * dw",
+            ind + "        if tx % sw != 0:",
+            ind + "            continue",
+            ind + "        gb = U(((n * hg + gy) * wg + tx // sw + ol + j) * o_)",
+            ind + "        wb = U((ky * kw + kx) * o_ * c_ + cb)",
+            ind + "        for o in range(ou):",
+            ind + "            wc = wb + o * cu",
+            ind + "            " + "; ".join(f"w{jj} = wf[wc + U({jj})]" for jj in range(ob)),
+        ]
+        for i in range(k):
+            lines.append(ind + f"            x{i} = gf[gb + U({i}) * ou + o]")
+            lines.append(ind + "            " + "; ".join(f"a{i}_{jj} += x{i} * w{jj}" for jj in range(ob)))
+        lines.append(ind + "xb = U(((n * h_ + iy) * w_ + ix0 + j * sw) * c_ + cb)")
+        for i in range(k):
+            lines.append(ind + "; ".join(f"xf[xb + U({i}) * ps + U({jj})] = a{i}_{jj}" for jj in range(ob)))
+        return lines
+
+    out += _blocks(p, "nj", "j", block, 20)
+    return "\n".join(out) + "\n"
+
+
 def _source(p: int, pc: int, ob: int) -> str:
     head = (
         '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
         "import numpy as np\n"
         "U = np.uint64\n\n\n"
     )
-    return head + _fwd_source(p, ob) + "\n\n" + _wgrad_source(pc, ob)
+    return head + "\n\n".join((_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob)))
 
 
 def _module(p: int, pc: int, ob: int) -> Any:
@@ -216,7 +290,7 @@ _lock = threading.Lock()
 
 
 def _kernel(name: str, dtype: Any) -> Any:
-    """Kernel ``name`` ("fwd" or "wgrad") compiled for ``dtype`` (on first use, each dtype
+    """Kernel ``name`` ("fwd", "wgrad" or "tgrad") compiled for ``dtype`` (on first use, each dtype
     apart: float64 is for tests and checks, and each compile takes seconds)."""
     key = (name, np.dtype(dtype).char)
     k = _KERNELS.get(key)
@@ -232,7 +306,8 @@ def _kernel(name: str, dtype: Any) -> Any:
             old = cfg.SLP_VECTORIZE
             cfg.SLP_VECTORIZE = 1  # for these kernels only: it packs the scalar sums in vectors
             try:
-                sig = f"void({t}, {t}, {t}, int64, int64, int64, int64)"
+                ints = ", int64" * (8 if name == "tgrad" else 4)
+                sig = f"void({t}, {t}, {t}{ints})"
                 _KERNELS[key] = jit(fastmath={"contract"}, signatures=[sig])(
                     getattr(mod, name)
                 )
@@ -251,84 +326,105 @@ def _kernel(name: str, dtype: Any) -> Any:
 CHANNELS = 64
 
 
-def takes(geom: Any, groups: int, c: int, o: int) -> bool:
-    """Whether the forward and weight gradient serve this convolution: one group, fewer than
-    CHANNELS input channels, output channels a multiple of the block."""
-    return groups == 1 and c < CHANNELS and o % OB == 0
+def takes(geom: Any, groups: int, c: int, o: int, weight_grad: bool = False) -> bool:
+    """Whether the forward (and with ``weight_grad`` the weight gradient) serves this
+    convolution: one group and fewer than CHANNELS input channels; for the weight gradient,
+    output channels a multiple of the block (the forward pads them to one)."""
+    return groups == 1 and c < CHANNELS and (o % OB == 0 or not weight_grad)
 
 
 def takes_input_grad(geom: Any, groups: int, c: int, o: int) -> bool:
-    """Whether the input gradient does: the forward's conditions with the channels swapped,
-    stride 1, and paddings within the flipped kernel's reach (the output gradient is padded by
-    (k - 1) * d - p on each side)."""
-    (kh, kw), (dh, dw) = geom.kernel, geom.dilation
-    (pt, pb), (pl, pr) = geom.padding
-    return (
-        takes(geom, groups, o, c)
-        and geom.stride == (1, 1)
-        and max(pt, pb) <= (kh - 1) * dh
-        and max(pl, pr) <= (kw - 1) * dw
-    )
+    """Whether the input gradient does: the forward's conditions with the channels swapped."""
+    return takes(geom, groups, o, c)
 
 
 def per_sample(geom: Any, c: int, o: int) -> int:
     """Scratch elements per sample of a chunk: the padded channels-last input and the output
-    (or, for the input gradient, their counterparts, the same size up to the padding)."""
+    (channels rounded up to whole blocks), or the input gradient's counterparts."""
     _, _, h, w = geom.in_shape
-    (kh, kw), (dh, dw), (ho, wo) = geom.kernel, geom.dilation, geom.out_hw
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     hp, wp = padded_hw(geom)
-    return max(c * hp * wp + o * ho * wo, o * (h + (kh - 1) * dh) * (w + (kw - 1) * dw) + c * h * w)
+    hg = _reach(h, ho, kh, sh, dh, geom.padding[0][0])[1]
+    wg = _reach(w, wo, kw, sw, dw, geom.padding[1][0])[1]
+    up = -(-max(c, o) // OB) * OB
+    return max(c * hp * wp, o * hg * wg) + up * max(ho * wo, h * w)
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
     """conv2d of (N, C, H, W) ``x`` by (O, C, kh, kw) ``w`` (+ ``b``), chunk by chunk."""
     n, c = x.shape[:2]
-    o, _, kh, kw = w.shape
+    o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
     hp, wp = padded_hw(geom)
+    pt, pl = geom.padding[0][0], geom.padding[1][0]
     dt = x.dtype
-    wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0))  # (kh, kw, C, O)
+    wk = _whole_blocks(w.astype(dt, copy=False).transpose(2, 3, 1, 0))  # (kh, kw, C, O')
+    op = wk.shape[-1]
     bb = np.empty(0, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
-    return _run(x, wk, bb, (n, o, ho, wo), hp, wp, geom.padding[0][0], geom.padding[1][0],
-                (sh, sw, dh, dw), chunks)
-
-
-def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
-    """The input gradient of a stride-1 ``conv``: the forward on ``g`` padded by
-    (k - 1) * d - p, with the weights flipped and their channels swapped."""
-    o, c, kh, kw = w.shape
-    (dh, dw) = geom.dilation
-    n, _, h, wd = geom.in_shape
-    dt = g.dtype
-    # (kh, kw, O, C), flipped: tap (i, j) of the input gradient is tap (kh-1-i, kw-1-j) of w
-    wk = np.ascontiguousarray(w.astype(dt, copy=False)[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
-    hp, wp = h + (kh - 1) * dh, wd + (kw - 1) * dw
-    pt = (kh - 1) * dh - geom.padding[0][0]
-    pl = (kw - 1) * dw - geom.padding[1][0]
-    return _run(g, wk, np.empty(0, dtype=dt), (n, c, h, wd), hp, wp, pt, pl, (1, 1, dh, dw),
-                chunks)
-
-
-def _run(x: Any, wk: Any, bb: Any, shape: tuple[int, ...], hp: int, wp: int, pt: int, pl: int,
-         steps: tuple[int, int, int, int], chunks: Any) -> Any:
-    """out (shape, NCHW) <- ``_fwd`` of ``x``'s chunks, each padded channels-last first."""
-    c = x.shape[1]
-    _, o, ho, wo = shape
-    dt = x.dtype
+    fwd = _kernel("fwd", dt)
     most = _most(chunks)
     xt_buf = np.empty(most * c * hp * wp, dtype=dt)
-    y_buf = np.empty(most * ho * wo * o, dtype=dt)
-    out = np.empty(shape, dtype=dt)
+    y_buf = np.empty(most * ho * wo * op, dtype=dt)
+    out = np.empty((n, o, ho, wo), dtype=dt)
     xc = np.ascontiguousarray(x)
-    fwd = _kernel("fwd", dt)
     for a, z in chunks:
         m = z - a
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pt, pl)
-        y = y_buf[: m * ho * wo * o].reshape(m, ho, wo, o)
-        fwd(xt.reshape(m, hp, wp, c), wk, y, *steps)
-        _unpack_t(y.reshape(1, m * ho * wo, o), bb, out[a:z].reshape(m, o, ho * wo))
+        y = y_buf[: m * ho * wo * op].reshape(m, ho, wo, op)
+        fwd(xt.reshape(m, hp, wp, c), wk, y, sh, sw, dh, dw)
+        _unpack_t(y.reshape(1, m * ho * wo, op), bb, out[a:z].reshape(m, o, ho * wo))
     return out
+
+
+def _whole_blocks(wk: Any) -> Any:
+    """``wk`` contiguous, its last (output channel) axis padded with zeros to whole blocks:
+    the kernels compute the padding channels and the copy out drops them."""
+    o = wk.shape[-1]
+    op = -(-o // OB) * OB
+    if op == o:
+        return np.ascontiguousarray(wk)
+    out = np.zeros((*wk.shape[:-1], op), dtype=wk.dtype)
+    out[..., :o] = wk
+    return out
+
+
+def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
+    """The input gradient of ``conv`` (any stride): ``tgrad`` on ``g``'s chunks, each copied
+    channels-last into zeros that every window reaches."""
+    o, c, kh, kw = w.shape
+    (sh, sw), (dh, dw) = geom.stride, geom.dilation
+    n, _, h, wd = geom.in_shape
+    ho, wo = geom.out_hw
+    pt, pl = geom.padding[0][0], geom.padding[1][0]
+    ot, hg = _reach(h, ho, kh, sh, dh, pt)
+    ol, wg = _reach(wd, wo, kw, sw, dw, pl)
+    dt = g.dtype
+    wk = _whole_blocks(w.astype(dt, copy=False).transpose(2, 3, 0, 1))  # (kh, kw, O, C')
+    cp = wk.shape[-1]
+    tgrad = _kernel("tgrad", dt)
+    most = _most(chunks)
+    gt_buf = np.empty(most * o * hg * wg, dtype=dt)
+    y_buf = np.empty(most * h * wd * cp, dtype=dt)
+    out = np.empty((n, c, h, wd), dtype=dt)
+    gc = np.ascontiguousarray(g, dtype=dt)
+    nothing = np.empty(0, dtype=dt)
+    for a, z in chunks:
+        m = z - a
+        gt = gt_buf[: m * o * hg * wg].reshape(m, 1, hg, wg, o)
+        _nhwc(gc[a:z], gt, ot, ol)
+        y = y_buf[: m * h * wd * cp].reshape(m, h, wd, cp)
+        tgrad(gt.reshape(m, hg, wg, o), wk, y, sh, sw, dh, dw, pt, pl, ot, ol)
+        _unpack_t(y.reshape(1, m * h * wd, cp), nothing, out[a:z].reshape(m, c, h * wd))
+    return out
+
+
+def _reach(size: int, out: int, k: int, s: int, d: int, pad: int) -> tuple[int, int]:
+    """The output gradient's offset and padded size along one axis: input pixel i reads
+    output pixels (i + pad - t * d) / s for the taps t, from (pad - (k - 1) * d) / s at the
+    first pixel to (size - 1 + pad) / s at the last."""
+    off = max(0, -((pad - (k - 1) * d) // s))
+    return off, off + max(out, (size - 1 + pad) // s + 1)
 
 
 def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
