@@ -185,16 +185,16 @@ def _wino_chunks(wg: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int
 
 
 def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
-             input_grad: bool = False, weight_grad: bool = False) -> Any:
+             input_grad: bool = False) -> Any:
     """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
-    convolution's forward (or, as asked, its input or weight gradient)."""
+    convolution's forward and weight gradient (or, with ``input_grad``, its input gradient)."""
     if groups != 1 or not K.usable(*arrays):
         return None
     from .._kernels import conv_blocked as cb  # noqa: PLC0415
 
     if input_grad:
         return cb if cb.takes_input_grad(geom, groups, wshape[1], wshape[0]) else None
-    return cb if cb.takes(geom, groups, wshape[1], wshape[0], weight_grad) else None
+    return cb if cb.takes(geom, groups, wshape[1], wshape[0]) else None
 
 
 def _bl_chunks(bl: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -305,7 +305,7 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     wg = _winograd(geom, groups, wshape, g, x)
     if wg is not None:
         return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
-    bl = _blocked(geom, groups, wshape, g, x, weight_grad=True)
+    bl = _blocked(geom, groups, wshape, g, x)
     if bl is not None:
         return bl.weight_grad(g, x, geom, wshape, _bl_chunks(bl, geom, wshape))
     pm = _pixel_major(geom, groups, wshape, g, x)
