@@ -60,6 +60,21 @@ def _sums(prefix: str, rows: int, cols: int, value: str) -> list[str]:
     return ["; ".join(f"{prefix}{r}_{j} = {value}" for j in range(cols)) for r in range(rows)]
 
 
+def _step(k: int, ob: int, ind: str, wc: str, x: str) -> list[str]:
+    """One step of the reduction: ``ob`` weights from ``wc`` on, then for each of ``k`` pixels
+    its input ``x`` (formatted with the pixel ``i``) times the weights into its sums."""
+    lines = [ind + wc, ind + "; ".join(f"w{j} = wf[wc + U({j})]" for j in range(ob))]
+    for i in range(k):
+        lines.append(ind + f"x{i} = " + x.format(i=i))
+        lines.append(ind + "; ".join(f"a{i}_{j} += x{i} * w{j}" for j in range(ob)))
+    return lines
+
+
+def _store(k: int, ob: int, ind: str, dst: str) -> list[str]:
+    """The ``k`` x ``ob`` sums written to ``dst`` (formatted with pixel ``i``, channel ``j``)."""
+    return [ind + "; ".join(f"{dst.format(i=i, j=j)} = a{i}_{j}" for j in range(ob)) for i in range(k)]
+
+
 def _blocks(p: int, count: str, at: str, block: Any, ind: int) -> list[str]:
     """The branches, indented ``ind``, of a row's loop ``while {at} < {count}:``: blocks of
     ``p`` pixels, of ``p // 2`` in rows narrower than ``p``, single pixels in rows narrower
@@ -109,16 +124,10 @@ def _fwd_source(p: int, ob: int) -> str:
             ind + "        xb = U(((n * hp + oy * sh + ky * dh) * wp + ox * sw + kx * dw) * c_)",
             ind + "        wb = U((ky * kw + kx) * cr * o_ + ob)",
             ind + "        for c in range(cu):",
-            ind + "            wc = wb + c * ou",
-            ind + "            " + "; ".join(f"w{j} = wf[wc + U({j})]" for j in range(ob)),
         ]
-        for i in range(k):
-            lines.append(ind + f"            x{i} = xf[xb + U({i}) * ps + c]")
-            lines.append(ind + "            " + "; ".join(f"a{i}_{j} += x{i} * w{j}" for j in range(ob)))
+        lines += _step(k, ob, ind + " " * 12, "wc = wb + c * ou", "xf[xb + U({i}) * ps + c]")
         lines.append(ind + "yb = U(((n * ho + oy) * wo + ox) * o_ + ob)")
-        for i in range(k):
-            lines.append(ind + "; ".join(f"yf[yb + U({i}) * ou + U({j})] = a{i}_{j}" for j in range(ob)))
-        return lines
+        return lines + _store(k, ob, ind, "yf[yb + U({i}) * ou + U({j})]")
 
     out += _blocks(p, "wo", "ox", block, 16)
     return "\n".join(out) + "\n"
@@ -231,16 +240,10 @@ def _tgrad_source(p: int, ob: int) -> str:
             ind + "        gb = U(((n * hg + gy) * wg + tx // sw + ol + j) * o_)",
             ind + "        wb = U((ky * kw + kx) * o_ * c_ + cb)",
             ind + "        for o in range(ou):",
-            ind + "            wc = wb + o * cu",
-            ind + "            " + "; ".join(f"w{jj} = wf[wc + U({jj})]" for jj in range(ob)),
         ]
-        for i in range(k):
-            lines.append(ind + f"            x{i} = gf[gb + U({i}) * ou + o]")
-            lines.append(ind + "            " + "; ".join(f"a{i}_{jj} += x{i} * w{jj}" for jj in range(ob)))
+        lines += _step(k, ob, ind + " " * 12, "wc = wb + o * cu", "gf[gb + U({i}) * ou + o]")
         lines.append(ind + "xb = U(((n * h_ + iy) * w_ + ix0 + j * sw) * c_ + cb)")
-        for i in range(k):
-            lines.append(ind + "; ".join(f"xf[xb + U({i}) * ps + U({jj})] = a{i}_{jj}" for jj in range(ob)))
-        return lines
+        return lines + _store(k, ob, ind, "xf[xb + U({i}) * ps + U({j})]")
 
     out += _blocks(p, "nj", "j", block, 20)
     return "\n".join(out) + "\n"
