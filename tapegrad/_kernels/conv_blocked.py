@@ -334,7 +334,7 @@ def _kernel(name: str, dtype: Any) -> Any:
 CHANNELS = 64
 
 
-def takes(geom: Any, groups: int, c: int, o: int) -> bool:
+def takes(groups: int, c: int, o: int) -> bool:
     """Whether the forward and weight gradient serve this convolution: one group, fewer than
     CHANNELS input channels, output channels a multiple of the block. (Padding the output
     channels to a block with zero weights cost more than it saved: 3 output channels padded
@@ -342,9 +342,9 @@ def takes(geom: Any, groups: int, c: int, o: int) -> bool:
     return groups == 1 and c < CHANNELS and o % OB == 0
 
 
-def takes_input_grad(geom: Any, groups: int, c: int, o: int) -> bool:
+def takes_input_grad(groups: int, c: int, o: int) -> bool:
     """Whether the input gradient does: the forward's conditions with the channels swapped."""
-    return takes(geom, groups, o, c)
+    return takes(groups, o, c)
 
 
 def per_sample(geom: Any, c: int, o: int) -> int:
@@ -444,11 +444,12 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     xc = np.ascontiguousarray(x)
     gc = np.ascontiguousarray(g, dtype=dt)
     wgrad = _kernel("wgrad", dt)
+    dwf = _fold(dwk, dw)  # a view: the kernel's sums land in dwk
     for a, z in chunks:
         m = z - a
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pt, pl)
         gt = gt_buf[: m * ho * wo * o].reshape(m, 1, ho, wo, o)
         _nhwc(gc[a:z], gt, 0, 0)
-        wgrad(xt.reshape(m, hp, wp, c), gt.reshape(m, ho, wo, o), _fold(dwk, dw), sh, sw, dh, dw)
+        wgrad(xt.reshape(m, hp, wp, c), gt.reshape(m, ho, wo, o), dwf, sh, sw, dh, dw)
     return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)

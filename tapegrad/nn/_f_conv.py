@@ -188,13 +188,12 @@ def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
              input_grad: bool = False) -> Any:
     """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
     convolution's forward and weight gradient (or, with ``input_grad``, its input gradient)."""
-    if groups != 1 or not K.usable(*arrays):
+    if not K.usable(*arrays):
         return None
     from .._kernels import conv_blocked as cb  # noqa: PLC0415
 
-    if input_grad:
-        return cb if cb.takes_input_grad(geom, groups, wshape[1], wshape[0]) else None
-    return cb if cb.takes(geom, groups, wshape[1], wshape[0]) else None
+    take = cb.takes_input_grad if input_grad else cb.takes
+    return cb if take(groups, wshape[1], wshape[0]) else None
 
 
 def _bl_chunks(bl: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
