@@ -229,9 +229,13 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
 @pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), BLOCKED_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
+@pytest.mark.parametrize("parallel", [False, True])  # the two-thread twins, on every call
 def test_blocked_conv_kernels_equal_the_numpy_reference(
-    monkeypatch, shape, o, k, s, pad, d, dtype, budget
+    monkeypatch, shape, o, k, s, pad, d, dtype, budget, parallel
 ):
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     rng = np.random.default_rng(8)

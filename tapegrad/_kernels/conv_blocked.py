@@ -20,10 +20,11 @@ module is written into the kernel cache folder once and imported from there, so 
 its machine code like any other kernel's (compiling one dtype's three kernels takes about 20
 s; float64 compiles only when used).
 
-Serial, like the other convolution kernels: with ``prange`` they ran 2x faster alone (179-218
-GFLOP/s, above oneDNN's 154-173 at the same layers), but inside a step 1.9-2.1x slower, as
-numpy's BLAS threads spin on the second core for about 0.1 s after each GEMM; with BLAS held
-to one thread the parallel kernels made the (h) step 0.93x the time (docs/design.md).
+Each kernel has a two-thread twin (``*_par``: its rows, or weight-gradient blocks, in two
+halves on numba's threads, exactly the serial result), used from ``PARALLEL_MIN`` multiply-adds
+when numpy's BLAS shares numba's pool (``threads.active()``): alone the twins ran 2x faster,
+but beside OpenBLAS's own threads, which spin on the second core for about 0.1 s after each
+GEMM, a step ran 1.9-2.1x slower (docs/design.md).
 Imported only when numba is selected.
 """
 
@@ -97,7 +98,7 @@ def _fwd_source(p: int, ob: int) -> str:
     """``fwd(xt, wk, y, sh, sw, dh, dw)``: y (m, Ho, Wo, O) <- xt (m, Hp, Wp, C) (padded) by
     wk (kh, kw, C, O), O a multiple of ``ob``."""
     out = [
-        "def fwd(xt, wk, y, sh, sw, dh, dw):",
+        "def fwd(xt, wk, y, sh, sw, dh, dw, r0, r1):",
         "    m, hp, wp, c_ = xt.shape",
         "    kh, kw, cr, o_ = wk.shape  # cr: C, or kw * C with a row's taps folded in",
         "    _, ho, wo, _ = y.shape",
@@ -108,7 +109,7 @@ def _fwd_source(p: int, ob: int) -> str:
         "    cu = U(cr)",
         "    ou = U(o_)",
         "    ps = U(sw * c_)  # from one output pixel's window to the next's",
-        "    for r in range(m * ho):",
+        "    for r in range(r0, r1):",
         "        n = r // ho",
         "        oy = r % ho",
         f"        for ob in range(0, o_, {ob}):",
@@ -139,7 +140,7 @@ def _wgrad_source(pc: int, ob: int) -> str:
     one tap, ``pc`` input and ``ob`` output channels at a time (``pc // 2`` and then single
     channels for the rest)."""
     out = [
-        "def wgrad(xt, gt, dwk, sh, sw, dh, dw):",
+        "def wgrad(xt, gt, dwk, sh, sw, dh, dw, t0, t1):",
         "    m, hp, wp, c_ = xt.shape",
         "    _, ho, wo, o_ = gt.shape",
         "    kh, kw, cr, _ = dwk.shape  # cr: C, or kw * C with a row's taps folded in",
@@ -151,7 +152,7 @@ def _wgrad_source(pc: int, ob: int) -> str:
         "    ps = U(sw * c_)",
         f"    ncb = (cr + {pc} - 1) // {pc}",
         f"    nob = o_ // {ob}",
-        "    for t in range(kh * kw * ncb * nob):",
+        "    for t in range(t0, t1):",
         f"        ob = (t % nob) * {ob}",
         "        t2 = t // nob",
         f"        c0 = (t2 % ncb) * {pc}",
@@ -204,7 +205,7 @@ def _tgrad_source(p: int, ob: int) -> str:
     stride: the pixels of a row ``sw`` apart take the same taps from consecutive output
     gradient pixels, so they make the blocks (a row is ``sw`` classes)."""
     out = [
-        "def tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol):",
+        "def tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):",
         "    m, hg, wg, o_ = gt.shape",
         "    kh, kw, _, c_ = wk.shape",
         "    _, h_, w_, _ = xg.shape",
@@ -215,7 +216,7 @@ def _tgrad_source(p: int, ob: int) -> str:
         "    ou = U(o_)",
         "    cu = U(c_)",
         "    ps = U(sw * c_)  # from a block's pixel to the next (same class)",
-        "    for r in range(m * h_):",
+        "    for r in range(r0, r1):",
         "        n = r // h_",
         "        iy = r % h_",
         f"        for cb in range(0, c_, {ob}):",
@@ -255,7 +256,33 @@ def _source(p: int, pc: int, ob: int) -> str:
         "import numpy as np\n"
         "U = np.uint64\n\n\n"
     )
-    return head + "\n\n".join((_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob)))
+    return head + "\n\n".join(
+        (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _PAR_SOURCE)
+    )
+
+
+# Each kernel's parallel twin: its range of rows (or weight-gradient blocks) in two halves, one
+# on each of numba's threads (``prange``); the halves write disjoint parts of the output.
+_PAR_SOURCE = """from numba import prange
+
+
+def fwd_par(xt, wk, y, sh, sw, dh, dw, r0, r1):
+    h = (r1 - r0) // 2
+    for i in prange(2):
+        fwd(xt, wk, y, sh, sw, dh, dw, r0 + i * h, r1 if i else r0 + h)
+
+
+def wgrad_par(xt, gt, dwk, sh, sw, dh, dw, t0, t1):
+    h = (t1 - t0) // 2
+    for i in prange(2):
+        wgrad(xt, gt, dwk, sh, sw, dh, dw, t0 + i * h, t1 if i else t0 + h)
+
+
+def tgrad_par(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):
+    h = (r1 - r0) // 2
+    for i in prange(2):
+        tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + i * h, r1 if i else r0 + h)
+"""
 
 
 def _module(p: int, pc: int, ob: int) -> Any:
@@ -297,13 +324,15 @@ _KERNELS: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 
 
-def _kernel(name: str, dtype: Any) -> Any:
+def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
     """Kernel ``name`` ("fwd", "wgrad" or "tgrad") compiled for ``dtype`` (on first use, each dtype
-    apart: float64 is for tests and checks, and each compile takes seconds)."""
-    key = (name, np.dtype(dtype).char)
+    apart: float64 is for tests and checks, and each compile takes seconds); with ``parallel``,
+    its two-thread twin (which compiles the serial kernel first)."""
+    key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
         return k
+    serial = None if not parallel else _kernel(name, dtype)
     with _lock:
         if key not in _KERNELS:
             nb = numba()
@@ -314,14 +343,31 @@ def _kernel(name: str, dtype: Any) -> Any:
             old = cfg.SLP_VECTORIZE
             cfg.SLP_VECTORIZE = 1  # for these kernels only: it packs the scalar sums in vectors
             try:
-                ints = ", int64" * (8 if name == "tgrad" else 4)
+                ints = ", int64" * (10 if name == "tgrad" else 6)
                 sig = f"void({t}, {t}, {t}{ints})"
-                _KERNELS[key] = jit(fastmath={"contract"}, signatures=[sig])(
-                    getattr(mod, name)
-                )
+                if serial is not None:  # the twin calls the compiled kernel by its global name
+                    setattr(mod, name, serial)
+                _KERNELS[key] = jit(
+                    parallel=parallel, fastmath={"contract"}, signatures=[sig]
+                )(getattr(mod, key[0]))
             finally:
                 cfg.SLP_VECTORIZE = old
     return _KERNELS[key]
+
+
+# Multiply-adds from which a kernel call runs on two threads (when numpy's BLAS and the kernels
+# share numba's pool, threads.active()): about 50 us of one core's work.
+PARALLEL_MIN = 1 << 22
+
+
+def _pick(name: str, dtype: Any, macs: int) -> Any:
+    """The serial kernel, or its two-thread twin when the call is large and the pool is shared."""
+    if macs >= PARALLEL_MIN:
+        from . import threads  # noqa: PLC0415
+
+        if threads.active():
+            return _kernel(name, dtype, parallel=True)
+    return _kernel(name, dtype)
 
 
 # Channels summed over (C for the forward and weight gradient, O for the input gradient) below
@@ -368,7 +414,7 @@ def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
     dt = x.dtype
     wk = _fold(np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0)), dw)
     bb = np.empty(0, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
-    fwd = _kernel("fwd", dt)
+    fwd = _pick("fwd", dt, _most(chunks) * ho * wo * o * c * w.shape[2] * w.shape[3])
     most = _most(chunks)
     xt_buf = np.empty(most * c * hp * wp, dtype=dt)
     y_buf = np.empty(most * ho * wo * o, dtype=dt)
@@ -379,7 +425,7 @@ def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pt, pl)
         y = y_buf[: m * ho * wo * o].reshape(m, ho, wo, o)
-        fwd(xt.reshape(m, hp, wp, c), wk, y, sh, sw, dh, dw)
+        fwd(xt.reshape(m, hp, wp, c), wk, y, sh, sw, dh, dw, 0, m * ho)
         _unpack_t(y.reshape(1, m * ho * wo, o), bb, out[a:z].reshape(m, o, ho * wo))
     return out
 
@@ -404,7 +450,7 @@ def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
     ol, wg = _reach(wd, wo, kw, sw, dw, pl)
     dt = g.dtype
     wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 0, 1))  # (kh, kw, O, C)
-    tgrad = _kernel("tgrad", dt)
+    tgrad = _pick("tgrad", dt, _most(chunks) * h * wd * c * o * kh * kw // (sh * sw))
     most = _most(chunks)
     gt_buf = np.empty(most * o * hg * wg, dtype=dt)
     y_buf = np.empty(most * h * wd * c, dtype=dt)
@@ -416,7 +462,7 @@ def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
         gt = gt_buf[: m * o * hg * wg].reshape(m, 1, hg, wg, o)
         _nhwc(gc[a:z], gt, ot, ol)
         y = y_buf[: m * h * wd * c].reshape(m, h, wd, c)
-        tgrad(gt.reshape(m, hg, wg, o), wk, y, sh, sw, dh, dw, pt, pl, ot, ol)
+        tgrad(gt.reshape(m, hg, wg, o), wk, y, sh, sw, dh, dw, pt, pl, ot, ol, 0, m * h)
         _unpack_t(y.reshape(1, m * h * wd, c), nothing, out[a:z].reshape(m, c, h * wd))
     return out
 
@@ -443,13 +489,14 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     dwk = np.zeros((kh, kw, c, o), dtype=dt)
     xc = np.ascontiguousarray(x)
     gc = np.ascontiguousarray(g, dtype=dt)
-    wgrad = _kernel("wgrad", dt)
+    wgrad = _pick("wgrad", dt, _most(chunks) * ho * wo * o * c * kh * kw)
     dwf = _fold(dwk, dw)  # a view: the kernel's sums land in dwk
+    blocks = dwf.shape[0] * dwf.shape[1] * -(-dwf.shape[2] // PC) * (o // OB)  # wgrad's count
     for a, z in chunks:
         m = z - a
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
         _nhwc(xc[a:z], xt, pt, pl)
         gt = gt_buf[: m * ho * wo * o].reshape(m, 1, ho, wo, o)
         _nhwc(gc[a:z], gt, 0, 0)
-        wgrad(xt.reshape(m, hp, wp, c), gt.reshape(m, ho, wo, o), dwf, sh, sw, dh, dw)
+        wgrad(xt.reshape(m, hp, wp, c), gt.reshape(m, ho, wo, o), dwf, sh, sw, dh, dw, 0, blocks)
     return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)

@@ -1,0 +1,182 @@
+"""One thread pool for numpy's BLAS and the parallel kernels: numba's.
+
+numpy's OpenBLAS keeps its own worker threads, and after each multi-threaded product they spin
+on the other cores for about 0.1 s, waiting for the next one. A parallel numba kernel run in
+that window fights them for the cores: on the 2-core machine (16 -> 32 channels at 8x8, batch
+128, forward) a two-way kernel took 0.34 ms alone and 3.1 ms right after a GEMM, against 0.69
+serial. OpenBLAS (from 0.3.28) can hand its parallel work to the caller instead
+(``openblas_set_threads_callback_function``): ``install`` gives it a compiled callback that
+runs the jobs on numba's threads (one ``prange`` iteration per job), so that products and
+kernels share one pool whose idle threads are the ones the next kernel wakes. With it, the same
+kernel took 0.40 ms right after a GEMM; the products themselves ran at OpenBLAS's own speed
+(within noise, 128 to 4096 wide).
+
+``active()`` installs it on first use and says whether parallel kernels may run: numba's
+threading layer is ``omp`` or ``tbb`` (the ``workqueue`` layer cannot run parallel regions
+from several threads at once), numpy's BLAS is an OpenBLAS with the callback, more than one
+core, OpenBLAS's threads no more than numba's (a product's jobs wait on each other, so each
+needs a thread of its own), and ``TAPEGRAD_SHARED_POOL`` is not ``0``. Otherwise kernels stay
+serial and OpenBLAS keeps its threads. A forked child gets OpenBLAS's own threads back and
+serial kernels (GNU OpenMP, behind numba's ``omp`` layer, does not survive a fork).
+Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from typing import Any
+
+from numba import prange
+
+from .._backend import np
+from . import jit, numba
+
+_state: dict[str, Any] = {"pid": None, "on": False, "why": "not installed", "lib": None}
+_lock = threading.Lock()
+
+
+def _intrinsic() -> Any:
+    """``call_job(fn, i, data, arg)``: a call of the C function at address ``fn`` as
+    ``void fn(int, void *, int)``, OpenBLAS's per-job function."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency
+    from numba.core import types  # noqa: PLC0415
+    from numba.core.extending import intrinsic  # noqa: PLC0415
+
+    @intrinsic
+    def call_job(typingctx: Any, fn: Any, i: Any, data: Any, arg: Any) -> Any:
+        sig = types.void(types.intp, types.int32, types.intp, types.int32)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            i8p = ir.IntType(8).as_pointer()
+            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32), i8p, ir.IntType(32)])
+            f = builder.inttoptr(args[0], fnty.as_pointer())
+            builder.call(f, [args[1], builder.inttoptr(args[2], i8p), args[3]])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return call_job
+
+
+call_job = _intrinsic()
+
+
+@jit(parallel=True, signatures=["void(intp, int32, intp, intp, int32)"])
+def _run_jobs(fn, numjobs, elsize, jobdata, arg):  # type: ignore[no-untyped-def]
+    for i in prange(numjobs):
+        call_job(fn, np.int32(i), jobdata + i * elsize, arg)
+
+
+def _callback() -> Any:
+    """The C callback OpenBLAS calls with its jobs (a numba ``cfunc``, cached)."""
+    nb = numba()
+    assert nb is not None
+    from numba.core import types  # noqa: PLC0415
+
+    sig = types.void(types.int32, types.intp, types.int32, types.uintp, types.intp, types.int32)
+
+    def run(sync, fn, numjobs, elsize, jobdata, arg):  # type: ignore[no-untyped-def]
+        _run_jobs(fn, numjobs, np.intp(elsize), jobdata, arg)
+
+    return nb.cfunc(sig, cache=False)(run)
+
+
+def _numpy_openblas() -> Any:
+    """numpy's own OpenBLAS (not another package's copy) as a ctypes library, or None."""
+    try:
+        from threadpoolctl import threadpool_info  # noqa: PLC0415
+    except ImportError:
+        return None
+    np_dir = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    for info in threadpool_info():
+        path = info.get("filepath", "")
+        if info.get("internal_api") == "openblas" and os.path.basename(
+            os.path.dirname(path)
+        ) == "numpy.libs" and os.path.dirname(os.path.dirname(path)) == np_dir:
+            return ctypes.CDLL(path), info.get("num_threads", 1)
+    return None
+
+
+def _setter(lib: Any) -> Any:
+    """OpenBLAS's ``openblas_set_threads_callback_function``, under any of its symbol names."""
+    for name in ("openblas_set_threads_callback_function",
+                 "scipy_openblas_set_threads_callback_function64_",
+                 "scipy_openblas_set_threads_callback_function"):
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes = [ctypes.c_void_p]
+            f.restype = None
+            return f
+    return None
+
+
+def _why_not() -> str | None:
+    if os.environ.get("TAPEGRAD_SHARED_POOL", "").strip() == "0":
+        return "TAPEGRAD_SHARED_POOL=0"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cores or 1) < 2:
+        return "one core"
+    return None
+
+
+def _install() -> None:
+    nb = numba()
+    assert nb is not None
+    why = _why_not()
+    if why is not None:
+        _state["why"] = why
+        return
+    found = _numpy_openblas()
+    if found is None:
+        _state["why"] = "numpy's BLAS is not OpenBLAS (or threadpoolctl is missing)"
+        return
+    lib, blas_threads = found
+    setter = _setter(lib)
+    if setter is None:
+        _state["why"] = "numpy's OpenBLAS has no threads callback (before 0.3.28)"
+        return
+    if blas_threads > nb.config.NUMBA_NUM_THREADS:
+        _state["why"] = (f"OpenBLAS has {blas_threads} threads, numba {nb.config.NUMBA_NUM_THREADS}")
+        return
+    _run_jobs(0, 0, 0, 0, 0)  # compiles, and starts numba's threads: the layer is then known
+    layer = nb.threading_layer()
+    if layer not in ("omp", "tbb"):
+        _state["why"] = f"numba's threading layer is {layer!r}"
+        return
+    cb = _callback()
+    setter(ctypes.c_void_p(cb.address))
+    _state.update(lib=lib, setter=setter, cb=cb, on=True, why=f"shared ({layer})")
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
+
+
+def _after_fork() -> None:
+    """In a forked child: OpenBLAS's own threads again, kernels serial."""
+    if _state["on"]:
+        _state["setter"](None)
+        _state["on"] = False
+        _state["why"] = "a forked child"
+
+
+def active() -> bool:
+    """Whether numpy's BLAS runs on numba's threads, so parallel kernels may run (installs the
+    callback on first call)."""
+    if _state["pid"] is None:
+        with _lock:
+            if _state["pid"] is None:
+                try:
+                    _install()
+                except Exception as e:  # noqa: BLE001 - any failure leaves the kernels serial
+                    _state["why"] = f"{type(e).__name__}: {e}"
+                    print(f"tapegrad: kernels stay serial ({_state['why']})", file=sys.stderr)
+                _state["pid"] = os.getpid()
+    return bool(_state["on"]) and _state["pid"] == os.getpid()
+
+
+def describe() -> str:
+    """How numpy's BLAS and the kernels share the cores, in words."""
+    active()
+    return str(_state["why"])
