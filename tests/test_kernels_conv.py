@@ -105,21 +105,20 @@ STACK_CASES = [  # planes that share padding, crop, or take a tail of one output
 
 
 @numba_only
-@pytest.mark.parametrize(("run", "thread_min"), [(1, 0), (150, 0), (1 << 20, 1 << 60)])
+@pytest.mark.parametrize(("run", "parallel_min"), [(1, 0), (150, 0), (1 << 20, 1 << 62)])
 @pytest.mark.parametrize(("shape", "o", "k", "pad", "d", "groups"), STACK_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
-    monkeypatch, run, thread_min, shape, o, k, pad, d, groups, dtype
+    monkeypatch, run, parallel_min, shape, o, k, pad, d, groups, dtype
 ):
     # run 1: one sample per chunk; 150: several, the last one partial; 1 << 20: the whole
     # batch in one chunk, on one thread
-    from tapegrad._kernels import conv_direct
+    from tapegrad._kernels import conv_direct, threads
 
     monkeypatch.setattr(conv_direct, "RUN", run)
-    monkeypatch.setattr(conv_direct, "THREAD_MIN", thread_min)
+    monkeypatch.setattr(conv_direct, "PARALLEL_MIN", parallel_min)
     monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)
-    two = thread_min == 0 and conv_direct._pool() is not None
-    assert len(conv_direct._halves(shape[0], 1)) == (2 if two else 1)
+    assert conv_direct._two(shape[0], 1) == (parallel_min == 0 and threads.active())
     rng = np.random.default_rng(3)
     geom = _geom(shape, k, pad, d)
     x = rng.standard_normal(shape).astype(dtype)

@@ -14,12 +14,12 @@ The input gradient is the same kernel on the output gradient with the weights fl
 transposed (its padding negative where the forward's crops); the weight gradient is, per pair of
 output channels and input channel, eighteen dot products in one pass over the same stacked
 runs, the output gradient laid out wide with zeros where the forward's dropped elements were.
-Calls of at least ``THREAD_MIN`` multiply-adds split the batch in two halves that run at once
-(the kernels release the GIL: one half on a pool thread, the other on the calling thread);
-``NUMBA_NUM_THREADS=1`` keeps them serial. The split is off by default: alone, a layer ran
-1.4-1.9x faster split on a quiet second core, but inside whole steps, where numpy's BLAS
-threads still spin on that core after each GEMM, it lost (median of 6 alternating rounds in
-one process: (c) 4.3 ms split against 3.6 serial, (i) 168 against 160, (e) 17.2 against 16.7).
+Calls of at least ``PARALLEL_MIN`` multiply-adds run the batch in two halves on numba's
+threads (``_fwd_par``, ``_wgrad_par``: ``prange`` over the halves) when numpy's BLAS shares
+them (``threads.active()``); otherwise, and always below it, on the calling thread. With a
+pool thread of its own the split lost inside whole steps, where numpy's BLAS threads spun on
+the second core after each GEMM (median of 6 alternating rounds in one process: (c) 4.3 ms
+split against 3.6 serial, (i) 168 against 160, (e) 17.2 against 16.7).
 
 Measured on the 2-core machine (float32; forward, input gradient, weight gradient, ms, one
 thread, against the kernels these replaced): (c)'s conv2 8->16 on 13x13 0.51 / 0.68 / 0.67 ->
@@ -34,20 +34,19 @@ quiet second core ((c)'s conv1 forward, 3.6M, lost 10%), a loss when other proce
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from numba import prange
 
 from .._backend import np
-from . import jit, numba
-
-if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+from . import jit
 
 U = np.uint64
 LANE = 16  # runs are multiples of this: no scalar remainder loop
 RUN = 2048  # elements per stacked plane in one chunk (a chunk is whole samples, at least one)
-THREAD_MIN = 1 << 62  # multiply-adds from which a call splits its batch over two threads (off)
-_POOL: list[Any] = []
+# multiply-adds from which a call runs its batch in two halves on numba's threads, when numpy's
+# BLAS shares them (threads.active()): (c)'s conv1 forward, 3.6M, lost 10% on two threads
+PARALLEL_MIN = 1 << 23
 
 
 @jit()
@@ -320,37 +319,31 @@ def _place_wide_hw(g, n0, nb, gw, hp, wp):  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------------------------
 
 
-def _pool() -> ThreadPoolExecutor | None:
-    """One pool thread for the other half of a large call, or None on one core (or with
-    ``NUMBA_NUM_THREADS=1``); made on first use, and again in a forked child (whose copy of
-    the pool has no thread)."""
-    if not _POOL or _POOL[0][0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        nb = numba()
-        if nb is not None:  # NUMBA_NUM_THREADS=1 keeps every kernel on the calling thread
-            cores = min(cores, nb.config.NUMBA_NUM_THREADS)
-        pool = ThreadPoolExecutor(1, thread_name_prefix="tapegrad-conv") if cores > 1 else None
-        _POOL[:] = [(os.getpid(), pool)]
-    return _POOL[0][1]
+@jit(parallel=True, fastmath={"contract"})
+def _fwd_par(x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
+    """``_fwd`` over the batch in two halves, one on each of numba's threads."""
+    n = x.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _fwd(i * h, n if i else h, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups)
 
 
-def _halves(n: int, work: int) -> list[tuple[int, int]]:
-    if n < 2 or work < THREAD_MIN or _pool() is None:
-        return [(0, n)]
-    return [(0, n // 2), (n // 2, n)]
+@jit(parallel=True, fastmath={"reassoc", "contract"})
+def _wgrad_par(g, x, dwt2, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
+    """``_wgrad`` of the batch's two halves into dwt2[0] and dwt2[1], on two threads."""
+    n = x.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _wgrad(g, x, dwt2[i], i * h, n if i else h, nbc, hp, wp, pt, pl, dh, dw, groups)
 
 
-def _run(fn: Any, parts: list[tuple[int, int]], *args: Any) -> list[Any]:
-    """fn(a, z, *args) for each part, the first ones on the pool thread, the last here."""
-    if len(parts) == 1:
-        return [fn(*parts[0], *args)]
-    pool = _pool()
-    assert pool is not None
-    futures = [pool.submit(fn, a, z, *args) for a, z in parts[:-1]]
-    last = fn(*parts[-1], *args)
-    return [f.result() for f in futures] + [last]
+def _two(n: int, work: int) -> bool:
+    """Whether a call runs its batch in two halves on numba's threads (shared with BLAS)."""
+    if n < 2 or work < PARALLEL_MIN:
+        return False
+    from . import threads  # noqa: PLC0415
+
+    return threads.active()
 
 
 def _chunk(hp: int, wp: int) -> int:
@@ -379,8 +372,11 @@ def _conv(x: Any, w: Any, b: Any, out: Any, pads: tuple[int, int, int, int], dh:
     bb = np.empty(0, dtype=x.dtype) if b is None else np.ascontiguousarray(b, dtype=x.dtype)
     c_ = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
-    _run(_fwd, _halves(n, work), c_(x), c_(w), bb, out, _chunk(hp, wp), hp, wp, pt, pl, dh, dw,
-         groups)
+    args = (c_(x), c_(w), bb, out, _chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)
+    if _two(n, work):
+        _fwd_par(*args)
+    else:
+        _fwd(0, n, *args)
     return out
 
 
@@ -410,12 +406,6 @@ def direct_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
     return _conv(g, wt, None, out, (eh - pt, eh - pb, ew - pl, ew - pr), dh, dw, groups)
 
 
-def _wgrad_part(a: int, z: int, g: Any, x: Any, wshape: tuple[int, ...], *args: Any) -> Any:
-    dwt = np.empty(wshape, dtype=g.dtype)
-    _wgrad(g, x, dwt, a, z, *args)
-    return dwt
-
-
 def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int, ...]) -> Any:
     """The weight gradient of ``direct``: one dot product per tap, summed over the batch."""
     n, _, h, wd = x.shape
@@ -427,9 +417,11 @@ def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int
     wp = _period(wd, pl, pr, wo, dw * (kw - 1))
     c = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
-    parts = _run(_wgrad_part, _halves(n, work), c(g), c(x), wshape, _chunk(hp, wp), hp, wp, pt,
-                 pl, dh, dw, groups)
-    out = parts[0]
-    for p in parts[1:]:
-        out += p
-    return out
+    args = (_chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)
+    if _two(n, work):
+        dwt2 = np.empty((2, *wshape), dtype=g.dtype)
+        _wgrad_par(c(g), c(x), dwt2, *args)
+        return np.add(dwt2[0], dwt2[1], out=dwt2[0])
+    dwt = np.empty(wshape, dtype=g.dtype)
+    _wgrad(c(g), c(x), dwt, 0, n, *args)
+    return dwt
