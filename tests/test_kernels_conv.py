@@ -176,9 +176,13 @@ GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)
 @pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d", "groups"), GEMM_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
+@pytest.mark.parametrize("parallel", [False, True])  # the copying passes' two-thread twins
 def test_gemm_conv_kernels_equal_the_numpy_reference(
-    monkeypatch, shape, o, k, s, pad, d, groups, dtype, budget
+    monkeypatch, shape, o, k, s, pad, d, groups, dtype, budget, parallel
 ):
+    from tapegrad._kernels import conv_gemm  # noqa: PLC0415
+
+    monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     # stride-1 layers this narrow run direct; wider ones (over DIRECT_MAX) take these paths
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
@@ -232,9 +236,10 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
 def test_blocked_conv_kernels_equal_the_numpy_reference(
     monkeypatch, shape, o, k, s, pad, d, dtype, budget, parallel
 ):
-    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+    from tapegrad._kernels import conv_blocked, conv_gemm  # noqa: PLC0415
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     rng = np.random.default_rng(8)
@@ -326,7 +331,13 @@ WINOGRAD_CASES = [  # (N, C, H, W), O, ((top, bottom), (left, right))
 @pytest.mark.parametrize(("shape", "o", "pad"), WINOGRAD_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
-def test_winograd_kernels_equal_the_numpy_reference(monkeypatch, shape, o, pad, dtype, budget):
+@pytest.mark.parametrize("parallel", [False, True])  # the copying passes' two-thread twins
+def test_winograd_kernels_equal_the_numpy_reference(
+    monkeypatch, shape, o, pad, dtype, budget, parallel
+):
+    from tapegrad._kernels import conv_gemm  # noqa: PLC0415
+
+    monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)

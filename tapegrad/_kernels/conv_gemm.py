@@ -18,13 +18,15 @@ pixel-major after, PyTorch's oneDNN): DCGAN 4x4 stride-2 3->16 15.6 -> 10.4 ms (
 on 8x8 5.4 -> 4.6 (2.8). The GEMMs are now about three quarters of the time. At 64+ channels
 on rows 8+ pixels wide and a stride above 1 the transposes cost more than they save and
 ``_f_conv._pixel_major`` keeps the channel-first path (stride-1 layers of any width come here:
-by wall time, 128 -> 128 at 14x14 13.1 against 14.2 ms). Serial kernels (see docs/design.md for
-why no threads).
+by wall time, 128 -> 128 at 14x14 13.1 against 14.2 ms). The copying passes run the batch's two
+halves on numba's threads when numpy's BLAS shares them (``PASS_MIN``, ``threads.active()``).
 Imported only when numba is selected.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from numba import prange
 
 from .._backend import np
 from . import jit
@@ -34,7 +36,7 @@ U = np.uint64
 
 
 @jit()
-def _nhwc(x, xt, pt, pl):  # type: ignore[no-untyped-def]
+def _nhwc_k(x, xt, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     """xt (n, G, Hp, Wp, Cg) <- x (n, C, H, W) moved down pt rows and right pl columns, zeros
     elsewhere (rows and columns past Hp, Wp dropped)."""
     n_, c_, h_, w_ = x.shape
@@ -45,7 +47,7 @@ def _nhwc(x, xt, pt, pl):  # type: ignore[no-untyped-def]
     hw = U(h_ * w_)
     x0 = min(wp, pl)
     x1 = max(x0, min(wp, w_ + pl))
-    for s in range(n_):
+    for s in range(s0, n_ if s1 < 0 else s1):
         for g in range(g_):
             for r in range(hp):
                 d = U((((s * g_ + g) * hp + r) * wp) * cg)
@@ -68,7 +70,7 @@ def _nhwc(x, xt, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _gather(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
+def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     """cols (G, n * Ho * Wo, kh * kw * Cg) <- the windows of padded xt (n, G, Hp, Wp, Cg)."""
     n_, g_, hp, wp, cg = xt.shape
     tf = xt.reshape(-1)
@@ -77,7 +79,7 @@ def _gather(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untype
     kg = kh * kw * cg
     run = U(kw * cg) if dw == 1 else U(cg)
     for g in range(g_):
-        for s in range(n_):
+        for s in range(s0, n_ if s1 < 0 else s1):
             base = (s * g_ + g) * hp
             for y in range(ho):
                 for x in range(wo):
@@ -97,7 +99,7 @@ def _gather(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untype
 
 
 @jit()
-def _scatter(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
+def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     """The adjoint of ``_gather``: gt (n, G, Hp, Wp, Cg) = the sum of the windows of cols."""
     n_, g_, hp, wp, cg = gt.shape
     tf = gt.reshape(-1)
@@ -105,9 +107,11 @@ def _scatter(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyp
     m = n_ * ho * wo
     kg = kh * kw * cg
     run = U(kw * cg) if dw == 1 else U(cg)
-    tf[:] = 0
+    per = g_ * hp * wp * cg  # one sample's part of gt
+    for k in range(s0 * per, (n_ if s1 < 0 else s1) * per):
+        tf[k] = 0
     for g in range(g_):
-        for s in range(n_):
+        for s in range(s0, n_ if s1 < 0 else s1):
             base = (s * g_ + g) * hp
             for y in range(ho):
                 for x in range(wo):
@@ -127,7 +131,7 @@ def _scatter(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyp
 
 
 @jit()
-def _nchw(gt, out, pt, pl):  # type: ignore[no-untyped-def]
+def _nchw_k(gt, out, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     """out (n, C, H, W) <- gt (n, G, Hp, Wp, Cg) moved up pt rows and left pl columns (zeros
     where gt has no row or column)."""
     n_, c_, h_, w_ = out.shape
@@ -135,7 +139,7 @@ def _nchw(gt, out, pt, pl):  # type: ignore[no-untyped-def]
     of = out.reshape(-1)
     tf = gt.reshape(-1)
     zero = of.dtype.type(0)
-    for s in range(n_):
+    for s in range(s0, n_ if s1 < 0 else s1):
         for c in range(c_):
             g = c // cg
             cc = c % cg
@@ -155,13 +159,13 @@ def _nchw(gt, out, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _unpack_t(y, b, out):  # type: ignore[no-untyped-def]
+def _unpack_t_k(y, b, out, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     """out (n, O, HW) <- y (G, n * HW, O / G) (+ b[o] when b has O entries)."""
     n_, o_, hw = out.shape
     g_, _, og = y.shape
     yf = y.reshape(-1)
     of = out.reshape(-1)
-    for s in range(n_):
+    for s in range(s0, n_ if s1 < 0 else s1):
         for o in range(o_):
             g = o // og
             src = U((g * n_ * hw + s * hw) * og + o % og)
@@ -169,6 +173,82 @@ def _unpack_t(y, b, out):  # type: ignore[no-untyped-def]
             bo = b[o] if b.shape[0] > 0 else of.dtype.type(0)
             for k in range(U(hw)):
                 of[dst + k] = yf[src + k * U(og)] + bo
+
+
+# Each pass's twin on numba's threads: the samples in two halves, one per thread (disjoint
+# writes), used from PASS_MIN elements when numpy's BLAS shares the threads (threads.active()).
+# Measured on (e)'s conv2 (16 -> 32 at 8x8, batch 128, forward and both gradients): the passes
+# were a third of the blocked path's time once the products ran on two threads.
+PASS_MIN = 1 << 17
+
+
+@jit(parallel=True)
+def _nhwc_par(x, xt, pt, pl):  # type: ignore[no-untyped-def]
+    n = x.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _nhwc_k(x, xt, pt, pl, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _gather_par(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
+    n = xt.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _scatter_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
+    n = gt.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
+    n = out.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _nchw_k(gt, out, pt, pl, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _unpack_t_par(y, b, out):  # type: ignore[no-untyped-def]
+    n = out.shape[0]
+    h = n // 2
+    for i in prange(2):
+        _unpack_t_k(y, b, out, i * h, n if i else h)
+
+
+def _two(n: int, size: int) -> bool:
+    """Whether a pass over ``n`` samples writing ``size`` elements runs on two threads."""
+    if n < 2 or size < PASS_MIN:
+        return False
+    from . import threads  # noqa: PLC0415
+
+    return threads.active()
+
+
+def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
+    (_nhwc_par if _two(x.shape[0], xt.size) else _nhwc_k)(x, xt, pt, pl)
+
+
+def _gather(xt: Any, cols: Any, *geom: int) -> None:
+    (_gather_par if _two(xt.shape[0], cols.size) else _gather_k)(xt, cols, *geom)
+
+
+def _scatter(cols: Any, gt: Any, *geom: int) -> None:
+    (_scatter_par if _two(gt.shape[0], cols.size) else _scatter_k)(cols, gt, *geom)
+
+
+def _nchw(gt: Any, out: Any, pt: int, pl: int) -> None:
+    (_nchw_par if _two(out.shape[0], out.size) else _nchw_k)(gt, out, pt, pl)
+
+
+def _unpack_t(y: Any, b: Any, out: Any) -> None:
+    (_unpack_t_par if _two(out.shape[0], out.size) else _unpack_t_k)(y, b, out)
 
 
 def padded_hw(geom: Any) -> tuple[int, int]:
