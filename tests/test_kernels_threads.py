@@ -133,3 +133,31 @@ def test_the_shared_pool_can_be_switched_off():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=300).stdout.split()
     assert out == ["False", "TAPEGRAD_SHARED_POOL=0", "512.0"]
+
+
+@pytest.mark.parametrize("key", ["c", "e", "h", "i"])
+@pytest.mark.parametrize("twins", [False, True])
+def test_steady_steps_call_every_kernel_through_its_compiled_fast_path(monkeypatch, key, twins):
+    # a kernel called with arguments its compiled signatures do not match exactly (an omitted
+    # default, say) goes through numba's typing in Python on every call: 150 us each, found
+    # once as 5 ms of a 12 ms layer
+    import cProfile  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked, conv_direct, conv_gemm  # noqa: PLC0415
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import workloads as W  # noqa: PLC0415
+
+    for mod, name in ((conv_blocked, "PARALLEL_MIN"), (conv_direct, "PARALLEL_MIN"),
+                      (conv_gemm, "PASS_MIN")):
+        monkeypatch.setattr(mod, name, 0 if twins else 1 << 62)  # the twins, or none
+    bench = W.build("tapegrad", key, tiny=True)
+    for _ in range(2):
+        bench.value(bench.step())
+    prof = cProfile.Profile()
+    prof.enable()
+    bench.value(bench.step())
+    prof.disable()
+    slow = {k: v[1] for k, v in pstats.Stats(prof).stats.items() if k[2] == "_compile_for_args"}
+    assert not slow

@@ -36,7 +36,7 @@ U = np.uint64
 
 
 @jit()
-def _nhwc_k(x, xt, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
+def _nhwc_k(x, xt, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
     """xt (n, G, Hp, Wp, Cg) <- x (n, C, H, W) moved down pt rows and right pl columns, zeros
     elsewhere (rows and columns past Hp, Wp dropped)."""
     n_, c_, h_, w_ = x.shape
@@ -47,7 +47,7 @@ def _nhwc_k(x, xt, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     hw = U(h_ * w_)
     x0 = min(wp, pl)
     x1 = max(x0, min(wp, w_ + pl))
-    for s in range(s0, n_ if s1 < 0 else s1):
+    for s in range(s0, s1):
         for g in range(g_):
             for r in range(hp):
                 d = U((((s * g_ + g) * hp + r) * wp) * cg)
@@ -70,7 +70,7 @@ def _nhwc_k(x, xt, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: ignore[no-untyped-def]
+def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0, s1):  # type: ignore[no-untyped-def]
     """cols (G, n * Ho * Wo, kh * kw * Cg) <- the windows of padded xt (n, G, Hp, Wp, Cg)."""
     n_, g_, hp, wp, cg = xt.shape
     tf = xt.reshape(-1)
@@ -79,7 +79,7 @@ def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: i
     kg = kh * kw * cg
     run = U(kw * cg) if dw == 1 else U(cg)
     for g in range(g_):
-        for s in range(s0, n_ if s1 < 0 else s1):
+        for s in range(s0, s1):
             base = (s * g_ + g) * hp
             for y in range(ho):
                 for x in range(wo):
@@ -99,7 +99,7 @@ def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: i
 
 
 @jit()
-def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: ignore[no-untyped-def]
+def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0, s1):  # type: ignore[no-untyped-def]
     """The adjoint of ``_gather``: gt (n, G, Hp, Wp, Cg) = the sum of the windows of cols."""
     n_, g_, hp, wp, cg = gt.shape
     tf = gt.reshape(-1)
@@ -108,10 +108,10 @@ def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: 
     kg = kh * kw * cg
     run = U(kw * cg) if dw == 1 else U(cg)
     per = g_ * hp * wp * cg  # one sample's part of gt
-    for k in range(s0 * per, (n_ if s1 < 0 else s1) * per):
+    for k in range(s0 * per, s1 * per):
         tf[k] = 0
     for g in range(g_):
-        for s in range(s0, n_ if s1 < 0 else s1):
+        for s in range(s0, s1):
             base = (s * g_ + g) * hp
             for y in range(ho):
                 for x in range(wo):
@@ -131,7 +131,7 @@ def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0=0, s1=-1):  # type: 
 
 
 @jit()
-def _nchw_k(gt, out, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
+def _nchw_k(gt, out, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
     """out (n, C, H, W) <- gt (n, G, Hp, Wp, Cg) moved up pt rows and left pl columns (zeros
     where gt has no row or column)."""
     n_, c_, h_, w_ = out.shape
@@ -139,7 +139,7 @@ def _nchw_k(gt, out, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
     of = out.reshape(-1)
     tf = gt.reshape(-1)
     zero = of.dtype.type(0)
-    for s in range(s0, n_ if s1 < 0 else s1):
+    for s in range(s0, s1):
         for c in range(c_):
             g = c // cg
             cc = c % cg
@@ -159,13 +159,13 @@ def _nchw_k(gt, out, pt, pl, s0=0, s1=-1):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _unpack_t_k(y, b, out, s0=0, s1=-1):  # type: ignore[no-untyped-def]
+def _unpack_t_k(y, b, out, s0, s1):  # type: ignore[no-untyped-def]
     """out (n, O, HW) <- y (G, n * HW, O / G) (+ b[o] when b has O entries)."""
     n_, o_, hw = out.shape
     g_, _, og = y.shape
     yf = y.reshape(-1)
     of = out.reshape(-1)
-    for s in range(s0, n_ if s1 < 0 else s1):
+    for s in range(s0, s1):
         for o in range(o_):
             g = o // og
             src = U((g * n_ * hw + s * hw) * og + o % og)
@@ -232,23 +232,38 @@ def _two(n: int, size: int) -> bool:
 
 
 def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
-    (_nhwc_par if _two(x.shape[0], xt.size) else _nhwc_k)(x, xt, pt, pl)
+    if _two(x.shape[0], xt.size):
+        _nhwc_par(x, xt, pt, pl)
+    else:
+        _nhwc_k(x, xt, pt, pl, 0, x.shape[0])
 
 
 def _gather(xt: Any, cols: Any, *geom: int) -> None:
-    (_gather_par if _two(xt.shape[0], cols.size) else _gather_k)(xt, cols, *geom)
+    if _two(xt.shape[0], cols.size):
+        _gather_par(xt, cols, *geom)
+    else:
+        _gather_k(xt, cols, *geom, 0, xt.shape[0])
 
 
 def _scatter(cols: Any, gt: Any, *geom: int) -> None:
-    (_scatter_par if _two(gt.shape[0], cols.size) else _scatter_k)(cols, gt, *geom)
+    if _two(gt.shape[0], cols.size):
+        _scatter_par(cols, gt, *geom)
+    else:
+        _scatter_k(cols, gt, *geom, 0, gt.shape[0])
 
 
 def _nchw(gt: Any, out: Any, pt: int, pl: int) -> None:
-    (_nchw_par if _two(out.shape[0], out.size) else _nchw_k)(gt, out, pt, pl)
+    if _two(out.shape[0], out.size):
+        _nchw_par(gt, out, pt, pl)
+    else:
+        _nchw_k(gt, out, pt, pl, 0, out.shape[0])
 
 
 def _unpack_t(y: Any, b: Any, out: Any) -> None:
-    (_unpack_t_par if _two(out.shape[0], out.size) else _unpack_t_k)(y, b, out)
+    if _two(out.shape[0], out.size):
+        _unpack_t_par(y, b, out)
+    else:
+        _unpack_t_k(y, b, out, 0, out.shape[0])
 
 
 def padded_hw(geom: Any) -> tuple[int, int]:
