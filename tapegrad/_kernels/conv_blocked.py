@@ -95,8 +95,8 @@ def _blocks(p: int, count: str, at: str, block: Any, ind: int) -> list[str]:
 
 
 def _fwd_source(p: int, ob: int) -> str:
-    """``fwd(xt, wk, y, sh, sw, dh, dw)``: y (m, Ho, Wo, O) <- xt (m, Hp, Wp, C) (padded) by
-    wk (kh, kw, C, O), O a multiple of ``ob``."""
+    """``fwd(xt, wk, y, sh, sw, dh, dw, r0, r1)``: rows r0 .. r1 of y (m * Ho rows of Wo, O)
+    <- xt (m, Hp, Wp, C) (padded) by wk (kh, kw, C, O), O a multiple of ``ob``."""
     out = [
         "def fwd(xt, wk, y, sh, sw, dh, dw, r0, r1):",
         "    m, hp, wp, c_ = xt.shape",
@@ -135,10 +135,10 @@ def _fwd_source(p: int, ob: int) -> str:
 
 
 def _wgrad_source(pc: int, ob: int) -> str:
-    """``wgrad(xt, gt, dwk, sh, sw, dh, dw)``: dwk (kh, kw, C, O) += the weight gradient of
-    ``fwd`` over the chunk (xt its input, gt (m, Ho, Wo, O) its output's gradient); blocks of
-    one tap, ``pc`` input and ``ob`` output channels at a time (``pc // 2`` and then single
-    channels for the rest)."""
+    """``wgrad(xt, gt, dwk, sh, sw, dh, dw, t0, t1)``: blocks t0 .. t1 of dwk (kh, kw, C, O)
+    += the weight gradient of ``fwd`` over the chunk (xt its input, gt (m, Ho, Wo, O) its
+    output's gradient); blocks of one tap, ``pc`` input and ``ob`` output channels at a time
+    (``pc // 2`` and then single channels for the rest)."""
     out = [
         "def wgrad(xt, gt, dwk, sh, sw, dh, dw, t0, t1):",
         "    m, hp, wp, c_ = xt.shape",
@@ -197,9 +197,9 @@ def _wgrad_source(pc: int, ob: int) -> str:
 
 
 def _tgrad_source(p: int, ob: int) -> str:
-    """``tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol)``: xg (m, H, W, C) <- the input
-    gradient of a convolution (stride, dilation, padding top / left), from its output gradient
-    gt (m, Hg, Wg, O), placed ``ot`` rows down and ``ol`` columns right in zeros wide enough
+    """``tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1)``: rows r0 .. r1 of xg
+    (m * H rows of W, C) <- the input gradient of a convolution (stride, dilation, padding top /
+    left), from its output gradient gt (m, Hg, Wg, O), placed ``ot`` rows down and ``ol`` columns right in zeros wide enough
     for every window, and wk (kh, kw, O, C), C a multiple of ``ob``. Input pixel (iy, ix)
     takes tap (ky, kx) where iy + pt - ky * dh and ix + pl - kx * dw are multiples of the
     stride: the pixels of a row ``sw`` apart take the same taps from consecutive output
@@ -349,7 +349,7 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
                     setattr(mod, name, serial)
                 _KERNELS[key] = jit(
                     parallel=parallel, fastmath={"contract"}, signatures=[sig]
-                )(getattr(mod, key[0]))
+                )(getattr(getattr(mod, key[0]), "py_func", getattr(mod, key[0])))
             finally:
                 cfg.SLP_VECTORIZE = old
     return _KERNELS[key]

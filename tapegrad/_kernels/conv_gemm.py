@@ -231,39 +231,32 @@ def _two(n: int, size: int) -> bool:
     return threads.active()
 
 
-def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
-    if _two(x.shape[0], xt.size):
-        _nhwc_par(x, xt, pt, pl)
+def _split(kernel: Any, twin: Any, n: int, size: int, *args: Any) -> None:
+    """``twin(*args)`` when the pass runs on two threads, else ``kernel(*args, 0, n)``."""
+    if _two(n, size):
+        twin(*args)
     else:
-        _nhwc_k(x, xt, pt, pl, 0, x.shape[0])
+        kernel(*args, 0, n)
+
+
+def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
+    _split(_nhwc_k, _nhwc_par, x.shape[0], xt.size, x, xt, pt, pl)
 
 
 def _gather(xt: Any, cols: Any, *geom: int) -> None:
-    if _two(xt.shape[0], cols.size):
-        _gather_par(xt, cols, *geom)
-    else:
-        _gather_k(xt, cols, *geom, 0, xt.shape[0])
+    _split(_gather_k, _gather_par, xt.shape[0], cols.size, xt, cols, *geom)
 
 
 def _scatter(cols: Any, gt: Any, *geom: int) -> None:
-    if _two(gt.shape[0], cols.size):
-        _scatter_par(cols, gt, *geom)
-    else:
-        _scatter_k(cols, gt, *geom, 0, gt.shape[0])
+    _split(_scatter_k, _scatter_par, gt.shape[0], cols.size, cols, gt, *geom)
 
 
 def _nchw(gt: Any, out: Any, pt: int, pl: int) -> None:
-    if _two(out.shape[0], out.size):
-        _nchw_par(gt, out, pt, pl)
-    else:
-        _nchw_k(gt, out, pt, pl, 0, out.shape[0])
+    _split(_nchw_k, _nchw_par, out.shape[0], out.size, gt, out, pt, pl)
 
 
 def _unpack_t(y: Any, b: Any, out: Any) -> None:
-    if _two(out.shape[0], out.size):
-        _unpack_t_par(y, b, out)
-    else:
-        _unpack_t_k(y, b, out, 0, out.shape[0])
+    _split(_unpack_t_k, _unpack_t_par, out.shape[0], out.size, y, b, out)
 
 
 def padded_hw(geom: Any) -> tuple[int, int]:
