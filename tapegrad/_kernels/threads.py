@@ -85,18 +85,22 @@ def _callback() -> Any:
 
 
 def _numpy_openblas() -> Any:
-    """numpy's own OpenBLAS (not another package's copy) as a ctypes library, or None."""
+    """numpy's own OpenBLAS (the copy its wheel bundles in ``numpy.libs``, not another package's)
+    as a ctypes library, and its number of threads; or None."""
+    libs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))),
+                        "numpy.libs")
     try:
-        from threadpoolctl import threadpool_info  # noqa: PLC0415
-    except ImportError:
+        names = sorted(f for f in os.listdir(libs) if "openblas" in f and ".so" in f)
+    except OSError:
         return None
-    np_dir = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
-    for info in threadpool_info():
-        path = info.get("filepath", "")
-        if info.get("internal_api") == "openblas" and os.path.basename(
-            os.path.dirname(path)
-        ) == "numpy.libs" and os.path.dirname(os.path.dirname(path)) == np_dir:
-            return ctypes.CDLL(path), info.get("num_threads", 1)
+    for name in names:
+        lib = ctypes.CDLL(os.path.join(libs, name))  # already loaded by numpy: the same handle
+        for getter in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                       "openblas_get_num_threads"):
+            f = getattr(lib, getter, None)
+            if f is not None:
+                f.restype = ctypes.c_int
+                return lib, int(f())
     return None
 
 
@@ -131,7 +135,7 @@ def _install() -> None:
         return
     found = _numpy_openblas()
     if found is None:
-        _state["why"] = "numpy's BLAS is not OpenBLAS (or threadpoolctl is missing)"
+        _state["why"] = "numpy's BLAS is not the OpenBLAS its wheel bundles"
         return
     lib, blas_threads = found
     setter = _setter(lib)
