@@ -362,12 +362,9 @@ PARALLEL_MIN = 1 << 22
 
 def _pick(name: str, dtype: Any, macs: int) -> Any:
     """The serial kernel, or its two-thread twin when the call is large and the pool is shared."""
-    if macs >= PARALLEL_MIN:
-        from . import threads  # noqa: PLC0415
+    from . import threads  # noqa: PLC0415
 
-        if threads.active():
-            return _kernel(name, dtype, parallel=True)
-    return _kernel(name, dtype)
+    return _kernel(name, dtype, parallel=threads.worth(macs, PARALLEL_MIN))
 
 
 # Channels summed over (C for the forward and weight gradient, O for the input gradient) below

@@ -339,11 +339,9 @@ def _wgrad_par(g, x, dwt2, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore
 
 def _two(n: int, work: int) -> bool:
     """Whether a call runs its batch in two halves on numba's threads (shared with BLAS)."""
-    if n < 2 or work < PARALLEL_MIN:
-        return False
     from . import threads  # noqa: PLC0415
 
-    return threads.active()
+    return n >= 2 and threads.worth(work, PARALLEL_MIN)
 
 
 def _chunk(hp: int, wp: int) -> int:

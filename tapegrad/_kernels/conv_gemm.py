@@ -224,11 +224,9 @@ def _unpack_t_par(y, b, out):  # type: ignore[no-untyped-def]
 
 def _two(n: int, size: int) -> bool:
     """Whether a pass over ``n`` samples writing ``size`` elements runs on two threads."""
-    if n < 2 or size < PASS_MIN:
-        return False
     from . import threads  # noqa: PLC0415
 
-    return threads.active()
+    return n >= 2 and threads.worth(size, PASS_MIN)
 
 
 def _split(kernel: Any, twin: Any, n: int, size: int, *args: Any) -> None:

@@ -5,13 +5,14 @@ on the other cores for about 0.1 s, waiting for the next one. A parallel numba k
 that window fights them for the cores: on the 2-core machine (16 -> 32 channels at 8x8, batch
 128, forward) a two-way kernel took 0.34 ms alone and 3.1 ms right after a GEMM, against 0.69
 serial. OpenBLAS (from 0.3.28) can hand its parallel work to the caller instead
-(``openblas_set_threads_callback_function``): ``install`` gives it a compiled callback that
+(``openblas_set_threads_callback_function``): ``active()`` gives it a compiled callback that
 runs the jobs on numba's threads (one ``prange`` iteration per job), so that products and
 kernels share one pool whose idle threads are the ones the next kernel wakes. With it, the same
 kernel took 0.40 ms right after a GEMM; the products themselves ran at OpenBLAS's own speed
 (within noise, 128 to 4096 wide).
 
-``active()`` installs it on first use and says whether parallel kernels may run: numba's
+``active()`` installs it on first use and says whether parallel kernels may run (``worth``
+asks that for a call of a given size): numba's
 threading layer is ``omp`` or ``tbb`` (the ``workqueue`` layer cannot run parallel regions
 from several threads at once), numpy's BLAS is an OpenBLAS with the callback, more than one
 core, OpenBLAS's threads no more than numba's (a product's jobs wait on each other, so each
@@ -34,7 +35,7 @@ from numba import prange
 from .._backend import np
 from . import jit, numba
 
-_state: dict[str, Any] = {"pid": None, "on": False, "why": "not installed", "lib": None}
+_state: dict[str, Any] = {"pid": None, "on": False, "why": "not installed"}
 _lock = threading.Lock()
 
 
@@ -71,7 +72,8 @@ def _run_jobs(fn, numjobs, elsize, jobdata, arg):  # type: ignore[no-untyped-def
 
 
 def _callback() -> Any:
-    """The C callback OpenBLAS calls with its jobs (a numba ``cfunc``, cached)."""
+    """The C callback OpenBLAS calls with its jobs (a numba ``cfunc``, compiled each process in
+    about 0.05 s; ``_run_jobs``, which it calls, is cached)."""
     nb = numba()
     assert nb is not None
     from numba.core import types  # noqa: PLC0415
@@ -152,7 +154,7 @@ def _install() -> None:
         return
     cb = _callback()
     setter(ctypes.c_void_p(cb.address))
-    _state.update(lib=lib, setter=setter, cb=cb, on=True, why=f"shared ({layer})")
+    _state.update(setter=setter, cb=cb, on=True, why=f"shared ({layer})")
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork)
 
@@ -178,6 +180,11 @@ def active() -> bool:
                     print(f"tapegrad: kernels stay serial ({_state['why']})", file=sys.stderr)
                 _state["pid"] = os.getpid()
     return bool(_state["on"]) and _state["pid"] == os.getpid()
+
+
+def worth(work: int, minimum: int) -> bool:
+    """Whether a kernel call of ``work`` units (at least ``minimum``) runs on two threads."""
+    return work >= minimum and active()
 
 
 def describe() -> str:
