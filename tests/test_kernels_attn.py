@@ -147,6 +147,98 @@ def test_attention_kernels_equal_the_numpy_reference(monkeypatch, shape, mask, d
         assert not out[0].any() and not got[0][0].any()
 
 
+def _shared_pool():
+    from tapegrad._kernels import threads
+
+    if not threads.active():
+        pytest.skip(f"kernels serial here: {threads.describe()}")
+
+
+def _bmm_operand(rng, lead, rows, cols, dtype, how):
+    """A (*lead, rows, cols) operand: contiguous, transposed (column-major), or a strided view."""
+    if how == "t":
+        return np.swapaxes(rng.standard_normal((*lead, cols, rows)).astype(dtype), -1, -2)
+    if how == "view":  # rows of a wider array, the leading axes swapped
+        a = rng.standard_normal((*lead[::-1], rows, cols + 3)).astype(dtype)[..., 1:cols + 1]
+        return np.moveaxis(a, tuple(range(len(lead))), tuple(range(len(lead)))[::-1])
+    return rng.standard_normal((*lead, rows, cols)).astype(dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("lead", [(5,), (3, 4), (1, 1)])
+@pytest.mark.parametrize("mnk", [(64, 64, 32), (10, 10, 16), (2, 3, 1), (5, 2, 7)])
+@pytest.mark.parametrize("how", [("c", "c"), ("c", "t"), ("t", "c"), ("view", "t")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bmm_on_the_kernels_threads_equals_numpy_matmul_bit_for_bit(lead, mnk, how, dtype):
+    from tapegrad._kernels import bmm
+
+    _shared_pool()
+    m, n, k = mnk
+    rng = np.random.default_rng(m * n * k)
+    a = _bmm_operand(rng, lead, m, k, dtype, how[0])
+    b = _bmm_operand(rng, lead, k, n, dtype, how[1])
+    out = np.full((*lead, n, m), np.nan, dtype).swapaxes(-1, -2)  # not row-major: refused
+    assert not bmm.bmm(a, b, out) and np.isnan(out).all()
+    out = A._blhd(np, (*lead, m, n), dtype) if len(lead) == 2 else np.empty((*lead, m, n), dtype)
+    assert bmm.bmm(a, b, out)
+    np.testing.assert_array_equal(out, np.matmul(a, b))  # the same ?gemm calls, other threads
+
+
+@numba_only
+def test_bmm_leaves_to_numpy_what_it_does_not_cover():
+    from tapegrad._kernels import bmm
+
+    _shared_pool()
+    f32 = np.ones((2, 3, 4), np.float32)
+    cases = [
+        (np.ones((2, 64, 65), np.float32), np.ones((2, 65, 64), np.float32),
+         np.empty((2, 64, 64), np.float32)),  # too large: OpenBLAS would split it
+        (f32, np.ones((2, 4, 5), np.float64), np.empty((2, 3, 5), np.float32)),  # two dtypes
+        (f32, np.ones((1, 4, 5), np.float32), np.empty((2, 3, 5), np.float32)),  # broadcasting
+        (np.ones((2, 3, 8), np.float32)[..., ::2], np.ones((2, 4, 5), np.float32),
+         np.empty((2, 3, 5), np.float32)),  # no unit stride
+        (np.ones((2, 2, 2, 3, 4), np.float32), np.ones((2, 2, 2, 4, 5), np.float32),
+         np.empty((2, 2, 2, 3, 5), np.float32)),  # three leading axes
+        (np.ones((2, 3, 0), np.float32), np.ones((2, 0, 5), np.float32),
+         np.empty((2, 3, 5), np.float32)),  # nothing to sum
+        (f32, np.ones((2, 4, 1), np.float32), np.empty((2, 3, 1), np.float32)),  # numpy's gemv
+        (f32[:, :1], np.ones((2, 4, 5), np.float32), np.empty((2, 1, 5), np.float32)),
+        (f32.astype(np.int64), np.ones((2, 4, 5), np.int64), np.empty((2, 3, 5), np.int64)),
+    ]
+    for a, b, out in cases:
+        out[...] = 7
+        assert not bmm.bmm(a, b, out) and (out == 7).all()
+
+
+@numba_only
+@pytest.mark.parametrize("shape", ATTN_SHAPES)
+@pytest.mark.parametrize("mask", [None, "padding", "float"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_on_two_threads_equals_one_thread_bit_for_bit(monkeypatch, shape, mask, dtype):
+    from tapegrad._kernels import attention, bmm
+
+    _shared_pool()
+    b, h, n_l, n_s, d, dv = shape
+    rng = np.random.default_rng(sum(shape) + 1)
+    q = _noncontig(rng, (b, h, n_l, d), dtype)
+    k = _noncontig(rng, (b, h, n_s, d), dtype)
+    v = rng.standard_normal((b, h, n_s, dv)).astype(dtype)
+    m = _mask(rng, mask, b, h, n_l, n_s, dtype)
+    g = rng.standard_normal((b, h, n_l, dv)).astype(dtype)
+    needs = (True, True, True, m is not None)
+    runs = []
+    for twins in (False, True):  # numpy's products and serial rows; then all on two threads
+        monkeypatch.setattr(attention, "PARALLEL_MIN", 0 if twins else 1 << 62)
+        monkeypatch.setattr(bmm, "MAX_WORK", 65536 * 4 if twins else 0)
+        out = A._attn_fwd(q, k, v, m, 0.37)
+        runs.append((out, *A._attn_grads_arrays(g, out, q, k, v, m, 0.37, needs)))
+    for x, y in zip(*runs, strict=True):
+        if y is None:
+            assert x is None
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
 # --------------------------------------------------------------------------------------------
 # softmax, log_softmax, layer norm, relu: kernel against the numpy reference
 # --------------------------------------------------------------------------------------------

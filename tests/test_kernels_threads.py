@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tapegrad import _kernels
-from tapegrad.nn import _f_conv
+from tapegrad.nn import _f_attention, _f_conv
 
 pytestmark = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -50,14 +50,21 @@ def test_products_on_the_shared_pool_equal_openblas_own_threads(dtype):
         np.testing.assert_array_equal(x, y)  # the same jobs, only other threads run them
 
 
-def _conv_passes(n=64):
+def _passes(n=64):
+    """A convolution's three passes and attention's forward and gradients (parallel kernels,
+    attention's products on numba's threads), in float32."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((n, 16, 8, 8)).astype(np.float32)
     w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
     g = rng.standard_normal((n, 32, 8, 8)).astype(np.float32)
     geom = _f_conv.Geom(x.shape, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (8, 8))
+    qkv = rng.standard_normal((n // 4, 32, 3, 4, 16)).astype(np.float32)
+    ga = rng.standard_normal((n // 4, 4, 32, 16)).astype(np.float32)
+    out = _f_attention._attn_qkv_fwd(qkv, None, 0.25)
+    grads = _f_attention._attn_grads_arrays(ga, out, *_f_attention._qkv(qkv), None, 0.25,
+                                            (True, True, True, False))
     return (_f_conv._conv2d_fwd(x, w, None, geom, 1), _f_conv._input_grad_fwd(g, w, geom, 1),
-            _f_conv._weight_grad_fwd(g, x, geom, 1, w.shape))
+            _f_conv._weight_grad_fwd(g, x, geom, 1, w.shape), out, *grads[:3])
 
 
 def test_python_threads_at_once_get_the_results_of_one_thread(monkeypatch):
@@ -66,14 +73,14 @@ def test_python_threads_at_once_get_the_results_of_one_thread(monkeypatch):
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)  # every conv call on two threads
     pairs = _operands(np.float32)
-    want = [a @ b for a, b in pairs], _conv_passes()
+    want = [a @ b for a, b in pairs], _passes()
     got: list = []
     errors: list = []
 
     def work():
         try:
             for _ in range(5):
-                got.append(([a @ b for a, b in pairs], _conv_passes()))
+                got.append(([a @ b for a, b in pairs], _passes()))
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
@@ -92,18 +99,18 @@ _FORK = """
 import os, pickle, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
-from test_kernels_threads import _conv_passes, _operands
+from test_kernels_threads import _passes, _operands
 from tapegrad._kernels import conv_blocked, threads
 conv_blocked.PARALLEL_MIN = 0
 assert threads.active()
-want = _conv_passes()  # the parent has used the pool
+want = _passes()  # the parent has used the pool
 a, b = _operands(np.float32)[1]
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:  # the child: OpenBLAS's own threads, serial kernels
     os.close(r)
     with os.fdopen(w, "wb") as f:
-        pickle.dump((threads.active(), threads.describe(), a @ b, _conv_passes()), f)
+        pickle.dump((threads.active(), threads.describe(), a @ b, _passes()), f)
     os._exit(0)
 os.close(w)
 with os.fdopen(r, "rb") as f:
@@ -135,7 +142,7 @@ def test_the_shared_pool_can_be_switched_off():
     assert out == ["False", "TAPEGRAD_SHARED_POOL=0", "512.0"]
 
 
-@pytest.mark.parametrize("key", ["c", "e", "h", "i"])
+@pytest.mark.parametrize("key", ["c", "d", "e", "h", "i"])
 @pytest.mark.parametrize("twins", [False, True])
 def test_steady_steps_call_every_kernel_through_its_compiled_fast_path(monkeypatch, key, twins):
     # a kernel called with arguments its compiled signatures do not match exactly (an omitted
@@ -144,14 +151,15 @@ def test_steady_steps_call_every_kernel_through_its_compiled_fast_path(monkeypat
     import cProfile  # noqa: PLC0415
     import pstats  # noqa: PLC0415
 
-    from tapegrad._kernels import conv_blocked, conv_direct, conv_gemm  # noqa: PLC0415
+    from tapegrad._kernels import attention, bmm, conv_blocked, conv_direct, conv_gemm  # noqa: PLC0415
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
     import workloads as W  # noqa: PLC0415
 
     for mod, name in ((conv_blocked, "PARALLEL_MIN"), (conv_direct, "PARALLEL_MIN"),
-                      (conv_gemm, "PASS_MIN")):
+                      (conv_gemm, "PASS_MIN"), (attention, "PARALLEL_MIN")):
         monkeypatch.setattr(mod, name, 0 if twins else 1 << 62)  # the twins, or none
+    monkeypatch.setattr(bmm, "MAX_WORK", bmm.MAX_WORK if twins else 0)
     bench = W.build("tapegrad", key, tiny=True)
     for _ in range(2):
         bench.value(bench.step())

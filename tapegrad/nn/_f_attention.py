@@ -2,8 +2,9 @@
 
 ``nn.attention`` computes ``softmax(q k^T * scale + mask) v`` over (B, H, L, D) inputs in one
 op: the scores' scale, mask and softmax are one pass per row (a compiled kernel when numba is
-selected), the two products numpy's batched matmul, and the output is written (B, L, H, D) in
-memory, so the heads merge back into (B, L, H * D) without a copy. Backward recomputes the
+selected), the two products batched GEMMs (numpy's matmul; with the kernels' shared thread
+pool, ``bmm``: the B x H small products spread over the cores), and the output is written
+(B, L, H, D) in memory, so the heads merge back into (B, L, H * D) without a copy. Backward recomputes the
 probabilities from ``q`` and ``k`` (one more product) instead of keeping the (B, H, L, S) array
 from forward (except in a checkpoint's recomputation, where backward follows at once), and
 writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D) layout.
@@ -35,10 +36,26 @@ def _blhd(xp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     return xp.empty((n_b, n_l, n_h, d_), dtype).transpose(0, 2, 1, 3)
 
 
+def _matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` for (B, H, M, K) and (B, H, K, N), into ``out`` when given: with the kernels,
+    the (B x H) small products on the kernels' threads (``bmm``; numpy's matmul runs them one
+    after another on one core), else numpy's."""
+    xp = xp_of(a)
+    if K.usable(a, b, out):
+        from .._kernels import bmm, threads  # noqa: PLC0415
+
+        if threads.worth(a.shape[0] * a.shape[1], 2):
+            if out is None:
+                out = xp.empty(a.shape[:-1] + b.shape[-1:], a.dtype)
+            if bmm.bmm(a, b, out):
+                return out
+    return xp.matmul(a, b, out=out)
+
+
 def _probs(q: Any, k: Any, mask: Any, scale: float) -> Any:
     """``softmax(q k^T * scale + mask)`` (B, H, L, S), zero rows where all is masked."""
     xp = xp_of(q)
-    s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    s = _matmul(q, xp.swapaxes(k, -1, -2))
     if K.usable(s, mask):
         from .._kernels import attention  # noqa: PLC0415
 
@@ -60,7 +77,7 @@ def _attn_fwd(q: Any, k: Any, v: Any, mask: Any, scale: float, keep: Any = None)
     if keep is not None:  # a checkpoint's recomputation: backward follows at once
         keep.append(p)
     out = _blhd(xp_of(q), q.shape[:3] + v.shape[3:], p.dtype)
-    return xp_of(q).matmul(p, v, out=out)
+    return _matmul(p, v, out)
 
 
 def _attn_grads_arrays(
@@ -75,8 +92,8 @@ def _attn_grads_arrays(
     dv = None
     if needs[2]:
         dv = _blhd(xp, v.shape, p.dtype) if into is None else into[2]
-        xp.matmul(xp.swapaxes(p, -1, -2), g, out=dv)
-    ds = xp.matmul(g, xp.swapaxes(v, -1, -2))  # dp, turned into the scores' gradient in place
+        _matmul(xp.swapaxes(p, -1, -2), g, dv)
+    ds = _matmul(g, xp.swapaxes(v, -1, -2))  # dp, turned into the scores' gradient in place
     dmask = xp.empty_like(ds) if needs[3] else None
     if K.usable(p, ds, g, out):
         from .._kernels import attention  # noqa: PLC0415
@@ -91,10 +108,10 @@ def _attn_grads_arrays(
     dq = dk = None
     if needs[0]:
         dq = _blhd(xp, q.shape, p.dtype) if into is None else into[0]
-        xp.matmul(ds, k, out=dq)
+        _matmul(ds, k, dq)
     if needs[1]:
         dk = _blhd(xp, k.shape, p.dtype) if into is None else into[1]
-        xp.matmul(xp.swapaxes(ds, -1, -2), q, out=dk)
+        _matmul(xp.swapaxes(ds, -1, -2), q, dk)
     return dq, dk, dv, dmask
 
 
