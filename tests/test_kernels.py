@@ -41,7 +41,12 @@ POOL_SHAPES = [(2, 3, 8, 8), (1, 1, 2, 2), (3, 2, 7, 9), (64, 8, 26, 26), (2, 2,
 @numba_only
 @pytest.mark.parametrize("shape", POOL_SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_max_pool_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_max_pool_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype, parallel):
+    from tapegrad._kernels import pool
+
+    # the two-thread twins on every call (where the pool is shared), or never
+    monkeypatch.setattr(pool, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(0)
     x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # many ties in a window
     geom = _geom(x)
@@ -52,6 +57,8 @@ def test_max_pool_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype):
     dx = _f_pool._max_pool_grad_fwd(g, x, out, geom)
     ref_dx = _reference(monkeypatch, _f_pool._max_pool_grad_fwd, g, x, out, geom)
     assert dx.dtype == ref_dx.dtype and np.array_equal(dx, ref_dx)
+    if shape[2] % 2 or shape[3] % 2:  # what no window reaches: zero
+        assert not dx[:, :, 2 * out.shape[2]:].any() and not dx[..., 2 * out.shape[3]:].any()
 
 
 @numba_only
@@ -255,13 +262,23 @@ def test_conv_transpose2d_matches_torch_in_float64(stride, padding, output_paddi
     np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
 
 
+def _halves(monkeypatch, parallel):
+    """The activations' two-thread twins on every call (where the pool is shared), or never."""
+    from tapegrad._kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+
+
 @numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(monkeypatch, dtype, parallel):
     from tapegrad.ops._elementwise import _relu_fwd
 
+    _halves(monkeypatch, parallel)
     x = np.random.default_rng(7).standard_normal((64, 8, 26, 26)).astype(dtype)
     x.reshape(-1)[:4] = [np.nan, -0.0, 0.0, -np.inf]
+    x.reshape(-1)[-3:] = [np.nan, -0.0, -np.inf]  # in the second half too
     out = _relu_fwd(x)
     ref = np.maximum(x, 0).astype(dtype)
     assert out.dtype == ref.dtype and np.array_equal(out, ref, equal_nan=True)
@@ -273,15 +290,19 @@ def test_relu_kernel_equals_numpy_nan_and_signed_zero_included(dtype):
 @numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("slope", [0.2, 0.0])
-def test_leaky_relu_kernels_equal_numpy_nan_and_zero_included(dtype, slope):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_leaky_relu_kernels_equal_numpy_nan_and_zero_included(monkeypatch, dtype, slope,
+                                                              parallel):
     from tapegrad.ops._elementwise import _leaky_fwd, _leaky_vjp
 
+    _halves(monkeypatch, parallel)
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((64, 16, 8, 8)).astype(dtype)
+    x = rng.standard_normal((64, 16, 8, 9)).astype(dtype)  # an odd size: halves of 16 and a rest
     x.reshape(-1)[:4] = [np.nan, -0.0, 0.0, -np.inf]
+    x.reshape(-1)[-3:] = [np.nan, -0.0, -np.inf]
     g = rng.standard_normal(x.shape).astype(dtype)
     g.reshape(-1)[4] = np.nan
-    out = _leaky_fwd(x, slope)  # the compiled pass (over 4096 elements, contiguous)
+    out = _leaky_fwd(x, slope)  # the compiled pass (contiguous)
     with np.errstate(invalid="ignore"):  # -inf * 0.0 is NaN, in the kernel as in numpy
         ref = np.where(x > 0, x, x * dtype(slope))
     assert out.dtype == dtype and np.array_equal(out, ref, equal_nan=True)
@@ -290,8 +311,9 @@ def test_leaky_relu_kernels_equal_numpy_nan_and_zero_included(dtype, slope):
     assert grad.dtype == dtype
     assert np.array_equal(grad, np.where(x > 0, g, g * dtype(slope)), equal_nan=True)
     view = x[:, 1::2]  # not contiguous: the numpy code, same values
-    assert np.array_equal(_leaky_fwd(view, slope), np.where(view > 0, view, view * dtype(slope)),
-                          equal_nan=True)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(_leaky_fwd(view, slope),
+                              np.where(view > 0, view, view * dtype(slope)), equal_nan=True)
 
 
 @numba_only

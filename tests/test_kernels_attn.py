@@ -343,12 +343,16 @@ def test_layer_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, axes, 
 
 @numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_relu_grad_kernel_equals_the_reference_without_a_mask(monkeypatch, dtype):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_relu_grad_kernel_equals_the_reference_without_a_mask(monkeypatch, dtype, parallel):
+    from tapegrad._kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(5)
     y = np.maximum(rng.standard_normal((64, 130)), 0).astype(dtype)
     g = rng.standard_normal(y.shape).astype(dtype)
-    g[0, :3] = [np.nan, np.inf, -np.inf]
-    y[0, :3] = 0.0
+    g[0, :3] = g[-1, -3:] = [np.nan, np.inf, -np.inf]
+    y[0, :3] = y[-1, -3:] = 0.0
     dx = E._relu_vjp(ARRAYS, g, y, None)
     with np.errstate(invalid="ignore"):  # inf * 0 in the reference
         ref = _reference(monkeypatch, E._relu_vjp, ARRAYS, g, y, None)

@@ -533,6 +533,62 @@ def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine
 
 
 @numba_only
+@pytest.mark.parametrize("shape", [(64, 32, 24, 24), (3, 5, 7, 2), (2, 1, 4, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bias_gradient_on_two_threads_equals_one_thread_and_numpy(monkeypatch, shape, dtype):
+    from tapegrad._kernels import conv
+
+    g = np.random.default_rng(9).standard_normal(shape).astype(dtype)
+    runs = []
+    for minimum in (1 << 62, 0):  # one thread; then the channels' halves on two (pool shared)
+        monkeypatch.setattr(conv, "SUM_PARALLEL_MIN", minimum)
+        runs.append(_f_conv._bias_grad_fwd(g, shape))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert runs[0].dtype == dtype
+    _close(runs[0], g.astype(np.float64).sum(axis=(0, 2, 3)).astype(dtype), dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("shape", BN_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_norm_on_two_threads_equals_one_thread_bit_for_bit(monkeypatch, shape, dtype):
+    from tapegrad._autodiff import ARRAYS
+    from tapegrad._kernels import batchnorm
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)
+    w, b = rng.standard_normal(shape[1]).astype(dtype), rng.standard_normal(shape[1]).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    runs = []
+    for minimum in (1 << 62, 0):  # one thread; then the channels' halves on two (pool shared)
+        monkeypatch.setattr(batchnorm, "PARALLEL_MIN", minimum)
+        runs.append((_f_norm._bn_fwd(x, w, b, 1e-5),
+                     *_f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)),
+                     *_f_norm._batch_stats(x)))
+    for a, r in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, r)
+
+
+def test_batch_norm_reads_the_batch_statistics_once_for_both_running_estimates(monkeypatch):
+    calls = []
+    stats = _f_norm._batch_stats
+    monkeypatch.setattr(_f_norm, "_batch_stats", lambda x: calls.append(x.shape) or stats(x))
+    x = np.random.default_rng(8).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    bn = tg.nn.BatchNorm2d(3)
+    tbn = torch.nn.BatchNorm2d(3)
+    for _ in range(2):
+        bn(tg.tensor(x))
+        tbn(torch.from_numpy(x))
+    assert calls == [x.shape] * 2  # one pass a step, not one per estimate
+    np.testing.assert_allclose(bn.running_mean.numpy(), tbn.running_mean.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), rtol=1e-6)
+    calls.clear()
+    rv = tg.ones(3)
+    F.batch_norm(tg.tensor(x), None, rv, training=True)  # the variance alone: its own pass
+    assert calls == [x.shape]
+
+
+@numba_only
 @pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_batch_norm_kernels_keep_a_nan_to_its_channel(monkeypatch, shape, dtype):

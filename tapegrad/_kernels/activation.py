@@ -11,43 +11,69 @@ from __future__ import annotations
 
 from typing import Any
 
+from numba import prange
+
 from .._backend import np
 from . import jit
+from .elementwise import split, two
 
 U = np.uint64
 
 
 @jit()
-def _relu_grad(g, y, out):  # type: ignore[no-untyped-def]
+def _relu_grad(g, y, out, k0, k1):  # type: ignore[no-untyped-def]
     gf = g.reshape(-1)
     yf = y.reshape(-1)
     of = out.reshape(-1)
     zero = of.dtype.type(0)
     one = of.dtype.type(1)
-    for k in range(U(of.size)):
+    for k in range(U(k0), U(k1)):
         of[k] = gf[k] * (one if yf[k] > zero else zero)
+
+
+@jit(parallel=True)
+def _relu_grad_par(g, y, out):  # type: ignore[no-untyped-def]
+    n = out.size
+    h = split(n)
+    for i in prange(2):
+        _relu_grad(g, y, out, i * h, n if i else h)
 
 
 def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
     out = np.empty_like(g)
-    _relu_grad(g, y, out)
+    if two(out.size):
+        _relu_grad_par(g, y, out)
+    else:
+        _relu_grad(g, y, out, 0, out.size)
     return out
 
 
 @jit()
-def _leaky_relu_grad(g, y, out, s):  # type: ignore[no-untyped-def]
+def _leaky_relu_grad(g, y, out, s, k0, k1):  # type: ignore[no-untyped-def]
     gf = g.reshape(-1)
     xf = y.reshape(-1)
     of = out.reshape(-1)
     zero = of.dtype.type(0)
-    for k in range(U(of.size)):
+    for k in range(U(k0), U(k1)):
         of[k] = gf[k] if xf[k] > zero else gf[k] * s
+
+
+@jit(parallel=True)
+def _leaky_relu_grad_par(g, y, out, s):  # type: ignore[no-untyped-def]
+    n = out.size
+    h = split(n)
+    for i in prange(2):
+        _leaky_relu_grad(g, y, out, s, i * h, n if i else h)
 
 
 def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
     """``g if y > 0 else slope * g`` for C-contiguous ``g`` and the saved output ``y`` (positive
     exactly where the input is, for a slope >= 0) of one shape and dtype."""
     out = np.empty_like(g)
-    _leaky_relu_grad(g, y, out, g.dtype.type(slope))
+    sl = g.dtype.type(slope)
+    if two(out.size):
+        _leaky_relu_grad_par(g, y, out, sl)
+    else:
+        _leaky_relu_grad(g, y, out, sl, 0, out.size)
     return out

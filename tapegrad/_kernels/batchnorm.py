@@ -7,7 +7,8 @@ cancellation, unlike a sum of squares), and the forward writes ``(x - mean) * (r
 in a third. The backward recomputes the same statistics (bit for bit: the same code on the same
 input), reads ``g`` and ``x`` once for the two sums it needs, and writes the input gradient in
 one more pass. Sums accumulate in float64 (float32 inputs included), reassociated so that they
-vectorise. Serial loops, as everywhere in this package. Planes of at most ``SMALL_PLANE``
+vectorise. Each kernel takes a range of channels; its two-thread twin (``*_par``) runs the
+channels' halves, the same bits. Planes of at most ``SMALL_PLANE``
 (32) elements take ``_fwd_small`` / ``_bwd_small`` instead: per sample, one contiguous pass
 over the (C * M) block into float64 accumulators per element, reduced per channel at the end,
 rather than N loops of M elements per channel. Measured alone (float32, one thread), forward /
@@ -20,10 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from numba import prange
+
 from .._backend import np
 from . import jit
 
 U = np.uint64
+PARALLEL_MIN = 1 << 16  # elements from which a pass runs on two threads
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -46,11 +50,12 @@ def _stats(xf, n_, c, c_, m):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _fwd(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+def _fwd(x, w, b, eps, out, stats, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1."""
     n_, c_, m = x.shape
     xf = x.reshape(-1)
     of = out.reshape(-1)
-    for c in range(c_):
+    for c in range(c0, c1):
         mean, var = _stats(xf, n_, c, c_, m)
         stats[0, c] = mean
         stats[1, c] = var
@@ -65,13 +70,14 @@ def _fwd(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+def _bwd(g, x, w, eps, gx, gwb, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1."""
     n_, c_, m = x.shape
     xf = x.reshape(-1)
     gf = g.reshape(-1)
     df = gx.reshape(-1)
     cnt = n_ * m
-    for c in range(c_):
+    for c in range(c0, c1):
         mean, var = _stats(xf, n_, c, c_, m)
         rstd = 1.0 / np.sqrt(var + eps)
         mu = xf.dtype.type(mean)
@@ -104,16 +110,19 @@ def _bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _stats_small(xf, n_, cm, c_, m, mean_e, mean, var):  # type: ignore[no-untyped-def]
-    """Per-channel mean and biased variance (float64) of the flat (N, C * M) array ``xf``;
-    ``mean_e`` gets the mean expanded to the (C * M) block in x's dtype."""
+def _stats_small(xf, n_, cm, c0, c1, m, mean_e, mean, var):  # type: ignore[no-untyped-def]
+    """Per-channel mean and biased variance (float64) of channels c0 to c1 of the flat
+    (N, C * M) array ``xf``; ``mean_e`` gets the mean expanded to the block's (C * M) elements
+    (those of the channels) in x's dtype."""
     acc = np.zeros(cm, np.float64)
+    k0 = U(c0 * m)
+    k1 = U(c1 * m)
     for n in range(n_):
         b = U(n * cm)
-        for k in range(U(cm)):
+        for k in range(k0, k1):
             acc[k] += xf[b + k]
     cnt = n_ * m
-    for c in range(c_):
+    for c in range(c0, c1):
         s = 0.0
         for k in range(U(c * m), U((c + 1) * m)):
             s += acc[k]
@@ -123,10 +132,10 @@ def _stats_small(xf, n_, cm, c_, m, mean_e, mean, var):  # type: ignore[no-untyp
             acc[k] = 0.0
     for n in range(n_):
         b = U(n * cm)
-        for k in range(U(cm)):
+        for k in range(k0, k1):
             d = xf[b + k] - mean_e[k]
             acc[k] += d * d
-    for c in range(c_):
+    for c in range(c0, c1):
         s = 0.0
         for k in range(U(c * m), U((c + 1) * m)):
             s += acc[k]
@@ -134,16 +143,17 @@ def _stats_small(xf, n_, cm, c_, m, mean_e, mean, var):  # type: ignore[no-untyp
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _fwd_small(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+def _fwd_small(x, w, b, eps, out, stats, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1."""
     n_, c_, m = x.shape
     cm = c_ * m
     xf = x.reshape(-1)
     of = out.reshape(-1)
     mean_e = np.empty(cm, x.dtype)
-    _stats_small(xf, n_, cm, c_, m, mean_e, stats[0], stats[1])
+    _stats_small(xf, n_, cm, c0, c1, m, mean_e, stats[0], stats[1])
     scale_e = np.empty(cm, x.dtype)
     shift_e = np.empty(cm, x.dtype)
-    for c in range(c_):
+    for c in range(c0, c1):
         sc = 1.0 / np.sqrt(stats[1, c] + eps) * (w[c] if w.shape[0] > 0 else 1.0)
         sh = (b[c] if b.shape[0] > 0 else 0.0) - stats[0, c] * sc
         for k in range(U(c * m), U((c + 1) * m)):
@@ -151,33 +161,36 @@ def _fwd_small(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
             shift_e[k] = sh
     for n in range(n_):
         base = U(n * cm)
-        for k in range(U(cm)):
+        for k in range(U(c0 * m), U(c1 * m)):
             of[base + k] = xf[base + k] * scale_e[k] + shift_e[k]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _bwd_small(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+def _bwd_small(g, x, w, eps, gx, gwb, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1."""
     n_, c_, m = x.shape
     cm = c_ * m
+    k0 = U(c0 * m)
+    k1 = U(c1 * m)
     xf = x.reshape(-1)
     gf = g.reshape(-1)
     df = gx.reshape(-1)
     cnt = n_ * m
     mean_e = np.empty(cm, x.dtype)
     st = np.empty((2, c_), np.float64)
-    _stats_small(xf, n_, cm, c_, m, mean_e, st[0], st[1])
+    _stats_small(xf, n_, cm, c0, c1, m, mean_e, st[0], st[1])
     sg = np.zeros(cm, np.float64)
     sgx = np.zeros(cm, np.float64)
     for n in range(n_):
         base = U(n * cm)
-        for k in range(U(cm)):
+        for k in range(k0, k1):
             gv = gf[base + k]
             sg[k] += gv
             sgx[k] += gv * (xf[base + k] - mean_e[k])
     a_e = np.empty(cm, x.dtype)
     k1_e = np.empty(cm, x.dtype)
     k2_e = np.empty(cm, x.dtype)
-    for c in range(c_):
+    for c in range(c0, c1):
         s0 = 0.0
         s1 = 0.0
         for k in range(U(c * m), U((c + 1) * m)):
@@ -195,7 +208,7 @@ def _bwd_small(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
         return
     for n in range(n_):
         base = U(n * cm)
-        for k in range(U(cm)):
+        for k in range(k0, k1):
             df[base + k] = a_e[k] * (gf[base + k] - k1_e[k] - (xf[base + k] - mean_e[k]) * k2_e[k])
 
 
@@ -206,6 +219,49 @@ def _vec(a: Any, dtype: Any) -> Any:
     return np.empty(0, dtype=dtype) if a is None else np.ascontiguousarray(a, dtype=dtype)
 
 
+# Two-thread twins: the channels' two halves, each the serial kernel (the same bits), from
+# PARALLEL_MIN elements when numpy's BLAS shares numba's threads
+
+
+@jit(parallel=True)
+def _fwd_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+    c = x.shape[1]
+    h = c // 2
+    for i in prange(2):
+        _fwd(x, w, b, eps, out, stats, i * h, c if i else h)
+
+
+@jit(parallel=True)
+def _fwd_small_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
+    c = x.shape[1]
+    h = c // 2
+    for i in prange(2):
+        _fwd_small(x, w, b, eps, out, stats, i * h, c if i else h)
+
+
+@jit(parallel=True)
+def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+    c = x.shape[1]
+    h = c // 2
+    for i in prange(2):
+        _bwd(g, x, w, eps, gx, gwb, i * h, c if i else h)
+
+
+@jit(parallel=True)
+def _bwd_small_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+    c = x.shape[1]
+    h = c // 2
+    for i in prange(2):
+        _bwd_small(g, x, w, eps, gx, gwb, i * h, c if i else h)
+
+
+def _two(x3: Any) -> bool:
+    """Whether a pass over (N, C, M) ``x3`` runs on two threads (shared with BLAS)."""
+    from . import threads  # noqa: PLC0415
+
+    return x3.shape[1] >= 2 and threads.worth(x3.size, PARALLEL_MIN)
+
+
 def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
     """``y`` for (N, C, ...) ``x`` normalised per channel with batch statistics, and the
     (2, C) float64 mean and biased variance."""
@@ -213,8 +269,12 @@ def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
     x3 = np.ascontiguousarray(x).reshape(n, c, -1)
     out = np.empty(x.shape, dtype=x.dtype)
     stats = np.empty((2, c), dtype=np.float64)
-    fwd = _fwd_small if x3.shape[2] <= SMALL_PLANE else _fwd
-    fwd(x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
+    args = (x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
+    small = x3.shape[2] <= SMALL_PLANE
+    if _two(x3):
+        (_fwd_small_par if small else _fwd_par)(*args)
+    else:
+        (_fwd_small if small else _fwd)(*args, 0, c)
     return out, stats
 
 
@@ -225,22 +285,38 @@ def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool) -> tuple[A
     g3 = np.ascontiguousarray(g, dtype=x.dtype).reshape(x3.shape)
     gx = np.empty(x.shape if need_x else (0,), dtype=x.dtype)
     gwb = np.empty((2, c), dtype=np.float64)
-    bwd = _bwd_small if x3.shape[2] <= SMALL_PLANE else _bwd
-    bwd(g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
+    args = (g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
+    small = x3.shape[2] <= SMALL_PLANE
+    if _two(x3):
+        (_bwd_small_par if small else _bwd_par)(*args)
+    else:
+        (_bwd_small if small else _bwd)(*args, 0, c)
     return (gx if need_x else None), gwb[0].astype(x.dtype), gwb[1].astype(x.dtype)
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _all_stats(x, stats):  # type: ignore[no-untyped-def]
+def _all_stats(x, stats, c0, c1):  # type: ignore[no-untyped-def]
     n_, c_, m = x.shape
     xf = x.reshape(-1)
-    for c in range(c_):
+    for c in range(c0, c1):
         stats[0, c], stats[1, c] = _stats(xf, n_, c, c_, m)
+
+
+@jit(parallel=True)
+def _all_stats_par(x, stats):  # type: ignore[no-untyped-def]
+    c = x.shape[1]
+    h = c // 2
+    for i in prange(2):
+        _all_stats(x, stats, i * h, c if i else h)
 
 
 def channel_stats(x: Any) -> Any:
     """The (2, C) float64 per-channel mean and biased variance of (N, C, ...) ``x``."""
     n, c = x.shape[:2]
     stats = np.empty((2, c), dtype=np.float64)
-    _all_stats(np.ascontiguousarray(x).reshape(n, c, -1), stats)
+    x3 = np.ascontiguousarray(x).reshape(n, c, -1)
+    if _two(x3):
+        _all_stats_par(x3, stats)
+    else:
+        _all_stats(x3, stats, 0, c)
     return stats

@@ -9,50 +9,90 @@ layer's bias added to its GEMM's output in place.
 Binary cross-entropy on probabilities and on logits: the loss (per element, or its sum) and
 the gradients for input and target, each one loop, and the [0, 1] range check of the inputs
 in one pass; on a GAN's 64 outputs the numpy formulas were ten to fifteen calls, several
-times the arithmetic. Imported only when numba is selected.
+times the arithmetic. The activations (and their gradients, ``activation.py``) have two-thread
+twins over the two halves of the flat array, from ``PARALLEL_MIN`` elements when numpy's BLAS
+shares numba's threads. Imported only when numba is selected.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from numba import prange
+
 from .._backend import np
 from . import jit
 
 U = np.uint64
+PARALLEL_MIN = 1 << 18  # elements from which an activation runs on two threads (two halves)
 
 
 @jit()
-def _relu(x, out):  # type: ignore[no-untyped-def]
+def split(n):  # type: ignore[no-untyped-def]
+    """Where a flat range of n elements is cut in two: the middle, rounded down to 16."""
+    return (n // 2) & ~15
+
+
+def two(n: int) -> bool:
+    """Whether an elementwise pass over n elements runs on two threads (shared with BLAS)."""
+    from . import threads  # noqa: PLC0415
+
+    return threads.worth(n, PARALLEL_MIN)
+
+
+@jit()
+def _relu(x, out, k0, k1):  # type: ignore[no-untyped-def]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     zero = of.dtype.type(0)
-    for k in range(U(xf.size)):
+    for k in range(U(k0), U(k1)):
         v = xf[k]
         of[k] = v if v > zero or np.isnan(v) else zero
+
+
+@jit(parallel=True)
+def _relu_par(x, out):  # type: ignore[no-untyped-def]
+    n = x.size
+    h = split(n)
+    for i in prange(2):
+        _relu(x, out, i * h, n if i else h)
 
 
 def relu(x: Any) -> Any:
     """``max(x, 0)`` of a C-contiguous float array, NaN kept."""
     out = np.empty_like(x)
-    _relu(x, out)
+    if two(x.size):
+        _relu_par(x, out)
+    else:
+        _relu(x, out, 0, x.size)
     return out
 
 
 @jit()
-def _leaky_relu(x, out, s):  # type: ignore[no-untyped-def]
+def _leaky_relu(x, out, s, k0, k1):  # type: ignore[no-untyped-def]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     zero = of.dtype.type(0)
-    for k in range(U(xf.size)):
+    for k in range(U(k0), U(k1)):
         v = xf[k]
         of[k] = v if v > zero else v * s
+
+
+@jit(parallel=True)
+def _leaky_relu_par(x, out, s):  # type: ignore[no-untyped-def]
+    n = x.size
+    h = split(n)
+    for i in prange(2):
+        _leaky_relu(x, out, s, i * h, n if i else h)
 
 
 def leaky_relu(x: Any, slope: float) -> Any:
     """``x if x > 0 else slope * x`` of a C-contiguous float array (NaN stays NaN)."""
     out = np.empty_like(x)
-    _leaky_relu(x, out, x.dtype.type(slope))
+    if two(x.size):
+        _leaky_relu_par(x, out, x.dtype.type(slope))
+    else:
+        _leaky_relu(x, out, x.dtype.type(slope), 0, x.size)
     return out
 
 

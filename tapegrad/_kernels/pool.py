@@ -6,28 +6,34 @@ unrolled (measured: loops over a run-time kernel size do not vectorise and were 
 numpy, so other geometries keep the numpy code). The forward keeps the maximum (a NaN wins, as
 ``np.maximum``); the gradient routes each window's gradient to its first maximum in row-major
 order (PyTorch's rule) and writes zeros elsewhere, rows and columns no window reaches included.
-Serial loops: at these sizes, waking a second thread on a shared two-core machine costs more
-than the pass. Imported only when numba is selected.
+Each has a two-thread twin (``*_par``: the planes' halves) used from ``PARALLEL_MIN`` input
+elements when numpy's BLAS shares numba's threads (before that pool, waking a second thread
+cost more than the pass). The gradient writes each element once (zeros only where no window
+reaches: an odd last row or column). Imported only when numba is selected.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from numba import prange
+
 from .._backend import np
 from . import jit
 
 U = np.uint64
+PARALLEL_MIN = 1 << 16  # input elements from which a pass runs on two threads
 
 
 @jit()
-def _max4(x, out):  # type: ignore[no-untyped-def]
-    n_, c_, h_, w_ = x.shape
+def _max4(x, out, p0, p1):  # type: ignore[no-untyped-def]
+    """The maxima of planes p0 to p1 (flat, n * C + c)."""
+    h_, w_ = x.shape[2], x.shape[3]
     ho, wo = out.shape[2], out.shape[3]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     # unsigned indices: no negative-index wraparound, so the loops vectorise
-    for p in range(U(n_ * c_)):
+    for p in range(U(p0), U(p1)):
         for y in range(U(ho)):
             r0 = p * U(h_ * w_) + U(2) * y * U(w_)
             r1 = r0 + U(w_)
@@ -46,17 +52,23 @@ def _max4(x, out):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _max4_grad(g, x, out, dx):  # type: ignore[no-untyped-def]
-    n_, c_, h_, w_ = x.shape
+def _max4_grad(g, x, out, dx, p0, p1):  # type: ignore[no-untyped-def]
+    """The gradient of planes p0 to p1 (flat, n * C + c)."""
+    h_, w_ = x.shape[2], x.shape[3]
     ho, wo = out.shape[2], out.shape[3]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     gf = g.reshape(-1)
     df = dx.reshape(-1)
     zero = df.dtype.type(0)
-    for k in range(U(df.size)):  # rows and columns no window reaches stay zero
-        df[k] = zero
-    for p in range(U(n_ * c_)):
+    for p in range(U(p0), U(p1)):
+        if h_ > 2 * ho:  # the last row no window reaches (odd height)
+            b = p * U(h_ * w_) + U(2 * ho * w_)
+            for k in range(U(w_)):
+                df[b + k] = zero
+        if w_ > 2 * wo:  # the last column (odd width)
+            for y in range(U(2 * ho)):
+                df[p * U(h_ * w_) + y * U(w_) + U(w_ - 1)] = zero
         for y in range(U(ho)):
             r0 = p * U(h_ * w_) + U(2) * y * U(w_)
             r1 = r0 + U(w_)
@@ -86,10 +98,39 @@ def fits(geom: Any) -> bool:
     )
 
 
+@jit(parallel=True)
+def _max4_par(x, out):  # type: ignore[no-untyped-def]
+    """``_max4`` of the planes' two halves, one on each of numba's threads."""
+    n = x.shape[0] * x.shape[1]
+    h = n // 2
+    for i in prange(2):
+        _max4(x, out, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _max4_grad_par(g, x, out, dx):  # type: ignore[no-untyped-def]
+    """``_max4_grad`` of the planes' two halves, on two threads."""
+    n = x.shape[0] * x.shape[1]
+    h = n // 2
+    for i in prange(2):
+        _max4_grad(g, x, out, dx, i * h, n if i else h)
+
+
+def _two(x: Any) -> bool:
+    """Whether a pass over (N, C, H, W) ``x`` runs on two threads (shared with BLAS)."""
+    from . import threads  # noqa: PLC0415
+
+    return x.shape[0] * x.shape[1] >= 2 and threads.worth(x.size, PARALLEL_MIN)
+
+
 def max_pool(x: Any, geom: Any) -> Any:
     """``nn.max_pool2d``'s forward for ``fits(geom)``: the (N, C, H // 2, W // 2) maxima."""
     out = np.empty(x.shape[:2] + tuple(geom.out_hw), dtype=x.dtype)
-    _max4(np.ascontiguousarray(x), out)
+    x = np.ascontiguousarray(x)
+    if _two(x):
+        _max4_par(x, out)
+    else:
+        _max4(x, out, 0, x.shape[0] * x.shape[1])
     return out
 
 
@@ -97,5 +138,9 @@ def max_pool_grad(g: Any, x: Any, out: Any, geom: Any) -> Any:
     """``nn.max_pool2d_grad``'s forward for ``fits(geom)``: ``g`` at each first maximum."""
     dx = np.empty(geom.in_shape, dtype=g.dtype)
     c = np.ascontiguousarray
-    _max4_grad(c(g), c(x), c(out), dx)
+    g, x, out = c(g), c(x), c(out)
+    if _two(x):
+        _max4_grad_par(g, x, out, dx)
+    else:
+        _max4_grad(g, x, out, dx, 0, x.shape[0] * x.shape[1])
     return dx

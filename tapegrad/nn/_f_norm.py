@@ -14,6 +14,7 @@ tapegrad ops.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from .. import _kernels as K
@@ -320,14 +321,23 @@ def batch_norm(
     return _affine(y, weight, bias, shape, "batch_norm")
 
 
-def _running_mean_fwd(rm: Any, x: Any, momentum: float) -> Any:
-    mean, _ = _batch_stats(x)
-    rm[...] = (1.0 - momentum) * rm + momentum * mean.astype(rm.dtype)
+# The running mean's update keeps its batch statistics for the running variance's, which
+# follows at once on the same batch (``share``): one pass over the batch for both, not two.
+_shared = threading.local()
+
+
+def _running_mean_fwd(rm: Any, x: Any, momentum: float, share: bool = False) -> Any:
+    stats = _batch_stats(x)
+    if share:
+        _shared.stats = (x, stats)
+    rm[...] = (1.0 - momentum) * rm + momentum * stats[0].astype(rm.dtype)
     return rm
 
 
 def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int) -> Any:
-    _, var = _batch_stats(x)
+    kept = getattr(_shared, "stats", None)
+    _shared.stats = None
+    _, var = kept[1] if kept is not None and kept[0] is x else _batch_stats(x)
     var = var * (n / (n - 1))  # unbiased, for the running estimate
     rv[...] = (1.0 - momentum) * rv + momentum * var.astype(rv.dtype)
     return rv
@@ -366,7 +376,8 @@ def _update_running(
         )
     with no_grad():
         if running_mean is not None:
-            apply(_RUNNING_MEAN, running_mean, x, momentum=momentum)
+            apply(_RUNNING_MEAN, running_mean, x, momentum=momentum,
+                  share=running_var is not None)
             running_mean._version += 1
         if running_var is not None:
             apply(_RUNNING_VAR, running_var, x, momentum=momentum, n=n)
