@@ -342,6 +342,28 @@ def test_layer_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, axes, 
 
 
 @numba_only
+@pytest.mark.parametrize("rows", [64, 100, 1024])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_on_two_threads_equals_one_thread(monkeypatch, rows, dtype):
+    from tapegrad._kernels import layernorm
+
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, 96)) * 4 + 3).astype(dtype)
+    w, b = rng.standard_normal(96).astype(dtype), rng.standard_normal(96).astype(dtype)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    runs = []
+    for minimum in (1 << 62, 0):  # one thread; then the rows' halves on two (pool shared)
+        monkeypatch.setattr(layernorm, "PARALLEL_MIN", minimum)
+        y = N._ln_fwd(x, w, b, (1,), 1e-5)
+        runs.append((y, *N._ln_grads(ARRAYS, g, y, x, w, b, axes=(1,), eps=1e-5,
+                                     needs=(True, True, True))))
+    for a, r in zip(runs[0][:2], runs[1][:2], strict=True):  # output, input gradient: same bits
+        np.testing.assert_array_equal(a, r)
+    for a, r in zip(runs[0][2:], runs[1][2:], strict=True):  # the halves' float64 sums added
+        _close(a, r, dtype)
+
+
+@numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_relu_grad_kernel_equals_the_reference_without_a_mask(monkeypatch, dtype, parallel):

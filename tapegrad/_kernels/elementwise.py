@@ -24,7 +24,7 @@ from .._backend import np
 from . import jit
 
 U = np.uint64
-PARALLEL_MIN = 1 << 18  # elements from which an activation runs on two threads (two halves)
+PARALLEL_MIN = 1 << 16  # elements from which an activation runs on two threads (two halves)
 
 
 @jit()

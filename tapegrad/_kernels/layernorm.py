@@ -10,19 +10,25 @@ dtype over blocks of 32 rows, then into float64), and one more writes the input 
 Rows are indexed flat at their offsets (no view per row) and the kernels allow reassociation
 (``fastmath`` reassoc/contract), so the sums vectorise. Measured alone on (1024, 128) float32,
 one thread: forward 0.14 -> 0.04 ms, backward 0.25 -> 0.10 ms (PyTorch with two threads:
-0.06 and 0.12). Serial: the kernels now beat PyTorch's two threads without a second thread.
-Imported only when numba is selected.
+0.06 and 0.12). Each has a two-thread twin over the rows' halves (``*_par``, from
+``PARALLEL_MIN`` elements when numpy's BLAS shares numba's threads): the same bits for the
+output and the input gradient; the weight and bias gradients add the two halves' float64
+sums at the end (the serial kernel adds each block of 32 rows in turn), so they agree within
+float64 rounding before their cast. Imported only when numba is selected.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from numba import prange
+
 from .._backend import np
 from . import jit
 from .softmax import flat_sum
 
 U = np.uint64
+PARALLEL_MIN = 1 << 15  # elements from which a pass runs on two threads
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -40,13 +46,14 @@ def _stats(xf, b, m, eps):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _ln_fwd(x, w, b, y, eps):  # type: ignore[no-untyped-def]
-    n_r, m = x.shape
+def _ln_fwd(x, w, b, y, eps, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows r0 to r1."""
+    m = x.shape[1]
     xf = x.reshape(-1)
     yf = y.reshape(-1)
     one = x.dtype.type(1)
     zero = x.dtype.type(0)
-    for r in range(n_r):
+    for r in range(r0, r1):
         o = U(r * m)
         mu, rstd = _stats(xf, o, m, eps)
         for j in range(U(m)):
@@ -56,8 +63,9 @@ def _ln_fwd(x, w, b, y, eps):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _ln_bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
-    n_r, m = x.shape
+def _ln_bwd(g, x, w, eps, gx, gwb, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows r0 to r1 (r0 a multiple of 32), the weight and bias gradients' sums into gwb."""
+    m = x.shape[1]
     dt = x.dtype.type
     xf = x.reshape(-1)
     gf = g.reshape(-1)
@@ -67,7 +75,7 @@ def _ln_bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
     # the weight and bias gradients: float32 (x's dtype) sums over blocks of 32 rows, added
     # into float64 (float64 accumulators per row were 2x slower than the rest of the pass)
     acc = np.zeros((2, m), x.dtype)
-    for r in range(n_r):
+    for r in range(r0, r1):
         o = U(r * m)
         mu, rstd = _stats(xf, o, m, eps)
         a = dt(0)
@@ -86,7 +94,7 @@ def _ln_bwd(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
             for j in range(U(m)):
                 gy = gf[o + j] * (w[j] if w.size else one)
                 dx[o + j] = rstd * (gy - a - ((xf[o + j] - mu) * rstd) * c)
-        if r % 32 == 31 or r == n_r - 1:
+        if r % 32 == 31 or r == r1 - 1:
             for j in range(U(m)):
                 gwb[0, j] += acc[0, j]
                 gwb[1, j] += acc[1, j]
@@ -100,11 +108,40 @@ def _vec(a: Any, dtype: Any) -> Any:
     return np.empty(0, dtype) if a is None else np.ascontiguousarray(a).reshape(-1)
 
 
+@jit(parallel=True)
+def _ln_fwd_par(x, w, b, y, eps):  # type: ignore[no-untyped-def]
+    """``_ln_fwd`` of the rows' two halves, one on each of numba's threads."""
+    n = x.shape[0]
+    h = (n // 2) & ~31
+    for i in prange(2):
+        _ln_fwd(x, w, b, y, eps, i * h, n if i else h)
+
+
+@jit(parallel=True)
+def _ln_bwd_par(g, x, w, eps, gx, gwb2):  # type: ignore[no-untyped-def]
+    """``_ln_bwd`` of the rows' two halves (cut at a multiple of 32 rows, so the blocks of the
+    weight and bias sums are the serial kernel's), their sums into gwb2[0] and gwb2[1]."""
+    n = x.shape[0]
+    h = (n // 2) & ~31
+    for i in prange(2):
+        _ln_bwd(g, x, w, eps, gx, gwb2[i], i * h, n if i else h)
+
+
+def _two(x2: Any) -> bool:
+    """Whether a pass over the (rows, m) ``x2`` runs on two threads (shared with BLAS)."""
+    from . import threads  # noqa: PLC0415
+
+    return x2.shape[0] >= 64 and threads.worth(x2.size, PARALLEL_MIN)
+
+
 def layer_norm(x: Any, w: Any, b: Any, m: int, eps: float) -> Any:
     """``(x - mean) / sqrt(var + eps) * w + b`` over rows of the last ``m`` elements."""
     x2 = np.ascontiguousarray(x).reshape(-1, m)
     y = np.empty(x2.shape, x.dtype)
-    _ln_fwd(x2, _vec(w, x.dtype), _vec(b, x.dtype), y, eps)
+    if _two(x2):
+        _ln_fwd_par(x2, _vec(w, x.dtype), _vec(b, x.dtype), y, eps)
+    else:
+        _ln_fwd(x2, _vec(w, x.dtype), _vec(b, x.dtype), y, eps, 0, x2.shape[0])
     return y.reshape(x.shape)
 
 
@@ -114,8 +151,13 @@ def layer_norm_grad(g: Any, x: Any, w: Any, m: int, eps: float, needs: Any) -> t
     x2 = np.ascontiguousarray(x).reshape(-1, m)
     g2 = np.ascontiguousarray(g).reshape(-1, m)
     gx = np.empty(x2.shape if needs[0] else (0, m), x.dtype)
-    gwb = np.zeros((2, m), np.float64)
-    _ln_bwd(g2, x2, _vec(w, x.dtype), eps, gx, gwb)
+    if _two(x2):
+        gwb2 = np.zeros((2, 2, m), np.float64)
+        _ln_bwd_par(g2, x2, _vec(w, x.dtype), eps, gx, gwb2)
+        gwb = gwb2[0] + gwb2[1]
+    else:
+        gwb = np.zeros((2, m), np.float64)
+        _ln_bwd(g2, x2, _vec(w, x.dtype), eps, gx, gwb, 0, x2.shape[0])
     return (
         gx.reshape(x.shape) if needs[0] else None,
         gwb[0].astype(x.dtype) if needs[1] else None,
