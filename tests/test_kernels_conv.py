@@ -258,12 +258,15 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
 
 
 @numba_only
-def test_blocked_takes_narrow_single_group_layers():
+def test_blocked_takes_narrow_single_group_layers(monkeypatch):
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
     x = np.zeros((2, 16, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
     assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x) is not None
     assert _f_conv._blocked(geom, 1, (24, 16, 3, 3), x) is None  # not whole blocks of 16
     assert _f_conv._blocked(geom, 2, (32, 8, 3, 3), x) is None  # groups
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 1 << 62)  # one thread
     assert _f_conv._blocked(geom, 1, (128, 64, 3, 3), x) is None  # 64 channels: the GEMMs
     assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x.astype(np.float16)) is None
     # the input gradient: the forward's rule with the channels swapped, at any stride
@@ -271,6 +274,45 @@ def test_blocked_takes_narrow_single_group_layers():
     assert _f_conv._blocked(strided, 1, (32, 16, 3, 3), x, input_grad=True) is not None
     assert _f_conv._blocked(geom, 1, (32, 8, 3, 3), x, input_grad=True) is None
     assert _f_conv._blocked(geom, 1, (64, 16, 3, 3), x, input_grad=True) is None  # sums 64
+
+
+WIDE_CASES = [  # as BLOCKED_CASES, 64 channels and more: taken on two threads only, with rows
+    # (the output's for the forward, the input's for the input gradient) of at least a block
+    ((2, 64, 9, 9), 64, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # ResNet's 3x3
+    ((3, 80, 18, 17), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # DCGAN's 4x4 s2, 80 in
+    ((2, 64, 17, 16), 128, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # stride 2, 128 out
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), WIDE_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, shape, o, k, s,
+                                                                  pad, d, dtype):
+    from tapegrad._kernels import conv_blocked, threads  # noqa: PLC0415
+
+    if not threads.active():
+        pytest.skip(f"kernels serial here: {threads.describe()}")
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)  # on two threads from any size
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(10)
+    n, c, h, w_ = shape
+    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, c, *k)).astype(dtype)
+    g = rng.standard_normal((n, o, *geom.out_hw)).astype(dtype)
+    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
+    assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
+    assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
+    short = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
+    assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
+    # the input gradient sums the output channels: narrow (any row) when fewer than 64
+    assert (_f_conv._blocked(short, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
+    assert _f_conv._blocked(short, 1, w.shape, x, w) is not None  # the weight gradient's blocks
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
 
 
 @numba_only
@@ -341,6 +383,7 @@ def test_winograd_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     rng = np.random.default_rng(5)
     geom = _geom(shape, (3, 3), pad, (1, 1))
     x = rng.standard_normal(shape).astype(dtype)
@@ -370,6 +413,7 @@ def test_winograd_takes_wide_3x3_stride_1_layers_only():
 def test_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     rng = np.random.default_rng(6)
     geom = _geom((3, 6, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
     x = rng.standard_normal((3, 8, 9, 6)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]

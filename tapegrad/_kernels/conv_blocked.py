@@ -368,26 +368,45 @@ def _pick(name: str, dtype: Any, macs: int) -> Any:
 
 
 # Channels summed over (C for the forward and weight gradient, O for the input gradient) below
-# which the blocks serve a convolution. Forward / weight gradient / input gradient against the
-# paths they replace (alternating in one process, one thread against numpy's two BLAS threads):
-# 16 -> 32 at 8x8 1.13 / 1.04 / 0.95 ms against 2.31 / 2.97 / 2.40, DCGAN's 4x4 stride-2 3 -> 16
-# at 64x64 3.2 / 4.9 against 8.8 / 14.3, 16 -> 32 3.6 / 3.7 against 9.5 / 11.3, 32 -> 64 3.3 /
-# 3.3 against 5.3 / 6.0; from 64 channels up the GEMMs win (64 -> 128 4x4 stride 2 on 8x8: 4.6 /
-# 5.1 against 3.1 / 3.0; 64 -> 128 3x3 stride 2 on 28x28 4.1 / 4.5 against 3.8 / 4.4).
+# which the blocks serve a convolution on one thread. Forward / weight gradient / input gradient
+# against the paths they replace (alternating in one process, one thread against numpy's two
+# BLAS threads): 16 -> 32 at 8x8 1.13 / 1.04 / 0.95 ms against 2.31 / 2.97 / 2.40, DCGAN's 4x4
+# stride-2 3 -> 16 at 64x64 3.2 / 4.9 against 8.8 / 14.3, 16 -> 32 3.6 / 3.7 against 9.5 / 11.3,
+# 32 -> 64 3.3 / 3.3 against 5.3 / 6.0; from 64 channels up the GEMMs won (64 -> 128 4x4 stride
+# 2 on 8x8: 4.6 / 5.1 against 3.1 / 3.0; 64 -> 128 3x3 stride 2 on 28x28 4.1 / 4.5 against 3.8
+# / 4.4). On two threads (the twins, numpy's BLAS sharing numba's pool) the blocks serve wider
+# layers too, kernels larger than 1x1, from PARALLEL_MIN multiply-adds (docs/design.md):
+# forward / input gradient / weight gradient against the GEMM and Winograd paths, e.g. 128 ->
+# 128 3x3 at 14x14 (batch 8) 3.0 / 3.4 / 2.9 against 3.6 / 4.4 / 4.1 ms, DCGAN's 64 -> 128 4x4
+# stride 2 at 32x32 (batch 64) 39 / 33 / 49 against 70 / 48 / 67; 1x1 kernels stay GEMMs (0.62
+# against 0.24 ms forward at 64 -> 128, stride 2).
 CHANNELS = 64
 
 
-def takes(groups: int, c: int, o: int) -> bool:
-    """Whether the forward and weight gradient serve this convolution: one group, fewer than
-    CHANNELS input channels, output channels a multiple of the block. (Padding the output
-    channels to a block with zero weights cost more than it saved: 3 output channels padded
-    to 16, DCGAN's last layer, 6.6 ms against the GEMM's 3.0.)"""
-    return groups == 1 and c < CHANNELS and o % OB == 0
+def takes(groups: int, c: int, o: int, taps: int = 9, macs: int = 0, row: int = P) -> bool:
+    """Whether the forward and weight gradient serve this convolution (``taps`` = kh * kw,
+    ``macs`` its multiply-adds, ``row`` the width of the planes the pass writes in blocks of
+    ``P`` pixels: the output's for the forward, the input's for the input gradient): one group,
+    output channels a multiple of the block, and fewer than CHANNELS input channels, or, on two
+    threads, any number with a kernel larger than 1x1 and rows of at least a block. (Rows
+    shorter than a block leave part of each block idle: DCGAN's 256 -> 512 4x4 stride 2 to
+    4x4, forward 86 ms blocked against 55; its generator's first input gradient, to 4x4 from
+    1x1, 3.5 against 0.95.) (Padding the output channels to a block with zero weights cost more
+    than it saved: 3 output channels padded to 16, DCGAN's last layer, 6.6 ms against the GEMM's
+    3.0.)"""
+    if groups != 1 or o % OB:
+        return False
+    if c < CHANNELS:
+        return True
+    from . import threads  # noqa: PLC0415
+
+    return taps > 1 and row >= P and threads.worth(macs, PARALLEL_MIN)
 
 
-def takes_input_grad(groups: int, c: int, o: int) -> bool:
+def takes_input_grad(groups: int, c: int, o: int, taps: int = 9, macs: int = 0,
+                     row: int = P) -> bool:
     """Whether the input gradient does: the forward's conditions with the channels swapped."""
-    return takes(groups, o, c)
+    return takes(groups, o, c, taps, macs, row)
 
 
 def per_sample(geom: Any, c: int, o: int) -> int:

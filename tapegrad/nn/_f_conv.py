@@ -15,6 +15,7 @@ pixel-major columns instead (``_pixel_major``, ``_kernels/conv_gemm.py``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from .. import _kernels as K
@@ -185,15 +186,20 @@ def _wino_chunks(wg: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int
 
 
 def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
-             input_grad: bool = False) -> Any:
+             input_grad: bool = False, forward: bool = False) -> Any:
     """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
-    convolution's forward and weight gradient (or, with ``input_grad``, its input gradient)."""
+    convolution's weight gradient (``forward``: its forward; ``input_grad``: its input
+    gradient)."""
     if not K.usable(*arrays):
         return None
     from .._kernels import conv_blocked as cb  # noqa: PLC0415
 
     take = cb.takes_input_grad if input_grad else cb.takes
-    return cb if take(groups, wshape[1], wshape[0]) else None
+    macs = geom.in_shape[0] * wshape[0] * wshape[1] * wshape[2] * wshape[3] * math.prod(
+        geom.out_hw)
+    # the width of the planes written in blocks of pixels (the weight gradient blocks channels)
+    row = geom.in_shape[3] if input_grad else geom.out_hw[1] if forward else cb.P
+    return cb if take(groups, wshape[1], wshape[0], wshape[2] * wshape[3], macs, row) else None
 
 
 def _bl_chunks(bl: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -233,12 +239,12 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
+    bl = _blocked(geom, groups, w.shape, x, w, b, forward=True)
+    if bl is not None:
+        return bl.conv(x, w, b, geom, _bl_chunks(bl, geom, w.shape))
     wg = _winograd(geom, groups, w.shape, x, w, b)
     if wg is not None:
         return wg.conv(x, w, b, geom, _wino_chunks(wg, geom, w.shape))
-    bl = _blocked(geom, groups, w.shape, x, w, b)
-    if bl is not None:
-        return bl.conv(x, w, b, geom, _bl_chunks(bl, geom, w.shape))
     pm = _pixel_major(geom, groups, w.shape, x, w, b)
     if pm is not None:
         return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
@@ -277,12 +283,12 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, g, w)
     if direct is not None:
         return direct.direct_input_grad(g, w, geom, groups)
-    wg = _winograd(geom, groups, w.shape, g, w)
-    if wg is not None:
-        return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
     bl = _blocked(geom, groups, w.shape, g, w, input_grad=True)
     if bl is not None:
         return bl.input_grad(g, w, geom, _bl_chunks(bl, geom, w.shape))
+    wg = _winograd(geom, groups, w.shape, g, w)
+    if wg is not None:
+        return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
     pm = _pixel_major(geom, groups, w.shape, g, w)
     if pm is not None:
         return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
@@ -301,12 +307,12 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     direct = _direct(geom, groups, wshape, g, x)
     if direct is not None:
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
-    wg = _winograd(geom, groups, wshape, g, x)
-    if wg is not None:
-        return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
     bl = _blocked(geom, groups, wshape, g, x)
     if bl is not None:
         return bl.weight_grad(g, x, geom, wshape, _bl_chunks(bl, geom, wshape))
+    wg = _winograd(geom, groups, wshape, g, x)
+    if wg is not None:
+        return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
     pm = _pixel_major(geom, groups, wshape, g, x)
     if pm is not None:
         return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
