@@ -508,6 +508,7 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     wgrad = _pick("wgrad", dt, _most(chunks) * ho * wo * o * c * kh * kw)
     dwf = _fold(dwk, dw)  # a view: the kernel's sums land in dwk
     blocks = dwf.shape[0] * dwf.shape[1] * -(-dwf.shape[2] // PC) * (o // OB)  # wgrad's count
+    xt = gt = None
     for a, z in chunks:
         m = z - a
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
@@ -515,4 +516,5 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
         gt = gt_buf[: m * ho * wo * o].reshape(m, 1, ho, wo, o)
         _nhwc(gc[a:z], gt, 0, 0)
         wgrad(xt.reshape(m, hp, wp, c), gt.reshape(m, ho, wo, o), dwf, sh, sw, dh, dw, 0, blocks)
+    del xt_buf, gt_buf, xt, gt  # freed before the copy below: a backward's peak is here
     return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)
