@@ -228,6 +228,17 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
 ]
 
 
+def _conv_case(rng, shape, o, k, s, pad, d, dtype):
+    """A convolution's geometry, input, weights and output gradient, drawn from ``rng``."""
+    n, c, h, w_ = shape
+    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, c, *k)).astype(dtype)
+    return geom, x, w, rng.standard_normal((n, o, ho, wo)).astype(dtype)
+
+
 @numba_only
 @pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), BLOCKED_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -243,14 +254,9 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     rng = np.random.default_rng(8)
-    n, c, h, w_ = shape
-    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
-    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
-    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
-    x = rng.standard_normal(shape).astype(dtype)
-    w = rng.standard_normal((o, c, *k)).astype(dtype)
+    geom, x, w, g = _conv_case(rng, shape, o, k, s, pad, d, dtype)
+    c = shape[1]
     b = rng.standard_normal(o).astype(dtype)
-    g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
     assert _f_conv._blocked(geom, 1, w.shape, x, w, b) is not None
     input_grad = c % 16 == 0
     assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
@@ -295,14 +301,8 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
         pytest.skip(f"kernels serial here: {threads.describe()}")
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)  # on two threads from any size
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    rng = np.random.default_rng(10)
-    n, c, h, w_ = shape
-    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
-    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
-    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
-    x = rng.standard_normal(shape).astype(dtype)
-    w = rng.standard_normal((o, c, *k)).astype(dtype)
-    g = rng.standard_normal((n, o, *geom.out_hw)).astype(dtype)
+    geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
+    n, c, h, _ = shape
     assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
