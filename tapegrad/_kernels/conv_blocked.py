@@ -383,7 +383,7 @@ def _pick(name: str, dtype: Any, macs: int) -> Any:
 CHANNELS = 64
 
 
-def takes(groups: int, c: int, o: int, taps: int = 9, macs: int = 0, row: int = P) -> bool:
+def takes(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
     """Whether the forward and weight gradient serve this convolution (``taps`` = kh * kw,
     ``macs`` its multiply-adds, ``row`` the width of the planes the pass writes in blocks of
     ``P`` pixels: the output's for the forward, the input's for the input gradient): one group,
@@ -403,8 +403,7 @@ def takes(groups: int, c: int, o: int, taps: int = 9, macs: int = 0, row: int = 
     return taps > 1 and row >= P and threads.worth(macs, PARALLEL_MIN)
 
 
-def takes_input_grad(groups: int, c: int, o: int, taps: int = 9, macs: int = 0,
-                     row: int = P) -> bool:
+def takes_input_grad(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
     """Whether the input gradient does: the forward's conditions with the channels swapped."""
     return takes(groups, o, c, taps, macs, row)
 

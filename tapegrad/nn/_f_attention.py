@@ -4,10 +4,11 @@
 op: the scores' scale, mask and softmax are one pass per row (a compiled kernel when numba is
 selected), the two products batched GEMMs (numpy's matmul; with the kernels' shared thread
 pool, ``bmm``: the B x H small products spread over the cores), and the output is written
-(B, L, H, D) in memory, so the heads merge back into (B, L, H * D) without a copy. Backward recomputes the
-probabilities from ``q`` and ``k`` (one more product) instead of keeping the (B, H, L, S) array
-from forward (except in a checkpoint's recomputation, where backward follows at once), and
-writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D) layout.
+(B, L, H, D) in memory, so the heads merge back into (B, L, H * D) without a copy. Backward
+recomputes the probabilities from ``q`` and ``k`` (one more product) instead of keeping the
+(B, H, L, S) array from forward (except in a checkpoint's recomputation, where backward
+follows at once), and writes the gradients of ``q``, ``k``, ``v`` in the same (B, L, H, D)
+layout.
 Fused because it is measurably faster and lighter than the dozen ops of the composition (see
 docs/design.md); a fully masked row gives zeros (PyTorch's ``scaled_dot_product_attention``).
 """
