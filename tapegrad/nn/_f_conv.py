@@ -6,10 +6,13 @@ col2im is its adjoint: it adds each window back where it came from (kh * kw stri
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
 differentiates to any order. Stride-1 convolutions up to ``DIRECT_MAX`` channel pairs per group
-run compiled direct kernels instead (``_direct``, ``_kernels/conv_direct.py``); with numba,
-wide 3x3 stride-1 layers run Winograd F(2x2, 3x3) (``_winograd``, ``_kernels/conv_winograd.py``),
-and the others with fewer than 64 channels per group (or short output rows), or stride 1, build
-pixel-major columns instead (``_pixel_major``, ``_kernels/conv_gemm.py``).
+run compiled direct kernels instead (``_direct``, ``_kernels/conv_direct.py``). With numba,
+single-group layers run register-blocked direct kernels (``_blocked``,
+``_kernels/conv_blocked.py``) when fewer than 64 channels are summed over, or, on two threads,
+with kernels larger than 1x1 and rows of at least a block; the remaining wide 3x3 stride-1
+layers run Winograd F(2x2, 3x3) (``_winograd``, ``_kernels/conv_winograd.py``), and the others
+with fewer than 64 channels per group (or short output rows), or stride 1, build pixel-major
+columns (``_pixel_major``, ``_kernels/conv_gemm.py``).
 """
 
 
@@ -157,6 +160,7 @@ def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> A
 # against 7.5 / 6.9 / 8.2 ms, 64 -> 64 at 28x28 6.8 / 6.9 / 8.3 against 10.1 / 8.2 / 10.1; on
 # narrower layers its transforms cost more than the products it saves (16 -> 32 at 8x8: 2.7 /
 # 2.9 / 2.5 against 2.0 / 1.7 / 2.7; 32 -> 64 at 26x26: 23 / 30 / 26 against 22 / 15 / 24).
+# The blocked kernels, tried first, take these layers when they run on two threads.
 WINOGRAD_CHANNELS = 64
 
 
