@@ -225,6 +225,9 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
     ((3, 32, 7, 7), 16, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1)),  # 1x1 s2, a 4-pixel row
     ((2, 16, 3, 4), 16, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # rows under a block
     ((2, 32, 5, 6), 16, (4, 3), (3, 2), ((2, 1), (0, 2)), (2, 1)),  # strides and dilation
+    # no padding, unit column stride, 16+ channels: channel-first (conv_blocked.channel_first)
+    ((3, 16, 10, 12), 32, (3, 2), (2, 1), ((0, 0), (0, 0)), (1, 2)),  # row stride, dilation
+    ((2, 20, 8, 30), 16, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # 20 channels: 8 + 8 + 4
 ]
 
 
@@ -261,6 +264,19 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
     input_grad = c % 16 == 0
     assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
+
+
+@numba_only
+def test_blocked_passes_run_channel_first_on_unpadded_unit_stride_rows():
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
+    geom = _geom((2, 32, 26, 26), (3, 3), ((0, 0), (0, 0)), (1, 1))
+    assert conv_blocked.channel_first(geom, 32)  # mnist's 32 -> 64
+    assert not conv_blocked.channel_first(geom, 8)  # narrow: channels-last runs of kw * C
+    padded = _geom((2, 32, 26, 26), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    assert not conv_blocked.channel_first(padded, 32)
+    assert not conv_blocked.channel_first(geom._replace(stride=(1, 2)), 32)
+    assert conv_blocked.channel_first(geom._replace(stride=(2, 1)), 32)
 
 
 @numba_only
