@@ -657,7 +657,7 @@ def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
     first = channel_first(geom, c)
     tgrad = _pick("tgradc" if first else "tgrad", dt, most * h * wd * c * o * kh * kw // (sh * sw))
     gt_buf = np.zeros(most * o * hg * wg, dtype=dt) if first else np.empty(most * o * hg * wg, dtype=dt)
-    y_buf = None if first else np.empty(most * h * wd * c, dtype=dt)
+    y_buf = np.empty(0 if first else most * h * wd * c, dtype=dt)
     for a, z in chunks:
         m = z - a
         if first:  # the zeros around g's place stay zeros from chunk to chunk
