@@ -62,11 +62,19 @@ def _nhwc_k(x, xt, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
                     tf[d + k] = zero
                 src = U(((s * c_ + g * cg) * h_ + sr) * w_ + x0 - pl)
                 d += U(x0 * cg)
-                for c in range(U(cg)):  # contiguous reads, writes strided by cg
-                    sc = src + c * hw
-                    dc = d + c
-                    for q in range(U(x1 - x0)):
-                        tf[dc + q * U(cg)] = xf[sc + q]
+                nq = x1 - x0
+                # contiguous reads, writes strided by cg; from 16 channels in tiles of 8 pixels
+                # by 16 channels (a cold 64-channel 32x32 batch: 3.0 ms against 10.3 in one
+                # sweep of the row per channel; 16 -> 32 channels 1.4 against 1.8)
+                tq = 8 if cg >= 16 else max(nq, 1)
+                for q0 in range(0, nq, tq):
+                    q1 = min(nq, q0 + tq)
+                    for c0 in range(0, cg, 16):
+                        for c in range(U(c0), U(min(cg, c0 + 16))):
+                            sc = src + c * hw
+                            dc = d + c
+                            for q in range(U(q0), U(q1)):
+                                tf[dc + q * U(cg)] = xf[sc + q]
 
 
 @jit()
