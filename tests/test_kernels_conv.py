@@ -158,6 +158,22 @@ def test_many_channels_and_strides_keep_the_gemm():
     assert _f_conv._direct(tiny, 1, (8, 16, 4, 4), np.zeros((2, 16, 4, 4), np.float32)) is None
 
 
+def test_pixel_major_chunks_hold_gemm_rows_past_the_budget(monkeypatch):
+    from tapegrad._kernels import conv_gemm  # noqa: PLC0415
+
+    # DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4: 16 output pixels a sample
+    geom = _f_conv.Geom((64, 256, 8, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
+    chunks = _f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))
+    assert chunks == [(i, i + 16) for i in range(0, 64, 16)]  # the budget alone: 2 samples
+    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 1)
+    assert len(_f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))) == 32
+    # the rows never shrink a chunk the budget allows
+    wide = geom._replace(in_shape=(64, 16, 8, 8))
+    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 256)
+    assert _f_conv._pm_chunks(conv_gemm, wide, 1, (32, 16, 4, 4)) == _f_conv._chunks(
+        wide, 16 * 16, 16 * 10 * 10)
+
+
 GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation, groups
     ((5, 16, 12, 12), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # DCGAN's 4x4 s2 p1
     ((3, 3, 13, 11), 20, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # odd sizes, 3 channels
@@ -184,6 +200,7 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
 
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
+    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 1)  # chunks by the budget alone
     # stride-1 layers this narrow run direct; wider ones (over DIRECT_MAX) take these paths
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
@@ -319,15 +336,17 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
-    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
     short = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
-    assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
-    # the input gradient sums the output channels: narrow (any row) when fewer than 64
+    # rows under a block: the forward and weight gradient (output rows of 4 pixels)
+    assert _f_conv._blocked(short, 1, w.shape, x, w) is None
+    # the input gradient sums the output channels: narrow (any row) when fewer than 64; its
+    # rows are the input's in one stride class (7 // 1, or 15 // 2 pixels: under a block)
     assert (_f_conv._blocked(short, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
-    assert _f_conv._blocked(short, 1, w.shape, x, w) is not None  # the weight gradient's blocks
+    strided = geom._replace(stride=(2, 2), in_shape=(n, c, h, 15))
+    assert (_f_conv._blocked(strided, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
 
 

@@ -566,15 +566,17 @@ CHANNELS = 64
 
 def takes(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
     """Whether the forward and weight gradient serve this convolution (``taps`` = kh * kw,
-    ``macs`` its multiply-adds, ``row`` the width of the planes the pass writes in blocks of
-    ``P`` pixels: the output's for the forward, the input's for the input gradient): one group,
-    output channels a multiple of the block, and fewer than CHANNELS input channels, or, on two
-    threads, any number with a kernel larger than 1x1 and rows of at least a block. (Rows
-    shorter than a block leave part of each block idle: DCGAN's 256 -> 512 4x4 stride 2 to
-    4x4, forward 86 ms blocked against 55; its generator's first input gradient, to 4x4 from
-    1x1, 3.5 against 0.95.) (Padding the output channels to a block with zero weights cost more
-    than it saved: 3 output channels padded to 16, DCGAN's last layer, 6.6 ms against the GEMM's
-    3.0.)"""
+    ``macs`` its multiply-adds, ``row`` the pixels of a row the pass runs along in blocks of
+    ``P``: the output's for the forward and weight gradient, the input's in one stride class
+    for the input gradient): one group, output channels a multiple of the block, and fewer than
+    CHANNELS input channels, or, on two threads, any number with a kernel larger than 1x1 and
+    rows of at least a block. (Rows shorter than a block leave part of each block idle, and the
+    weight gradient stores its sums after every few pixels: DCGAN's 256 -> 512 4x4 stride 2 to
+    4x4, forward 86 ms blocked against 55; at ngf 64 its input gradient (4 pixels a class) 35.7
+    against the GEMM's 27.0, weight gradient 42.0 against 30.9; its generator's first input
+    gradient, to 4x4 from 1x1, 3.5 against 0.95.) (Padding the output channels to a block with
+    zero weights cost more than it saved: 3 output channels padded to 16, DCGAN's last layer,
+    6.6 ms against the GEMM's 3.0.)"""
     if groups != 1 or o % OB:
         return False
     if c < CHANNELS:

@@ -110,11 +110,12 @@ def _col2im_fwd(cols: Any, geom: Geom) -> Any:
 COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
 
-def _chunks(geom: Geom, ckk: int, extra: int = 0) -> list[tuple[int, int]]:
+def _chunks(geom: Geom, ckk: int, extra: int = 0, pixels: int = 1) -> list[tuple[int, int]]:
     """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample), plus ``extra`` elements
-    of other per-sample scratch, fit the budget."""
+    of other per-sample scratch, fit the budget; at least ``pixels`` output pixels each."""
     n = geom.in_shape[0]
-    per = max(1, COLS_BUDGET // max(1, ckk * geom.out_hw[0] * geom.out_hw[1] + extra))
+    hw = geom.out_hw[0] * geom.out_hw[1]
+    per = max(1, COLS_BUDGET // max(1, ckk * hw + extra), -(-pixels // max(1, hw)))
     return [(i, min(n, i + per)) for i in range(0, n, per)]
 
 
@@ -190,10 +191,9 @@ def _wino_chunks(wg: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int
 
 
 def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
-             input_grad: bool = False, forward: bool = False) -> Any:
+             input_grad: bool = False) -> Any:
     """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
-    convolution's weight gradient (``forward``: its forward; ``input_grad``: its input
-    gradient)."""
+    convolution's forward and weight gradient (``input_grad``: its input gradient)."""
     if not K.usable(*arrays):
         return None
     from .._kernels import conv_blocked as cb  # noqa: PLC0415
@@ -201,8 +201,9 @@ def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
     take = cb.takes_input_grad if input_grad else cb.takes
     macs = geom.in_shape[0] * wshape[0] * wshape[1] * wshape[2] * wshape[3] * math.prod(
         geom.out_hw)
-    # the width of the planes written in blocks of pixels (the weight gradient blocks channels)
-    row = geom.in_shape[3] if input_grad else geom.out_hw[1] if forward else cb.P
+    # the pixels in a row of blocks: the output's for the forward and the weight gradient (its
+    # sums run along them), for the input gradient the input's in one stride class
+    row = geom.in_shape[3] // geom.stride[1] if input_grad else geom.out_hw[1]
     return cb if take(groups, wshape[1], wshape[0], wshape[2] * wshape[3], macs, row) else None
 
 
@@ -232,18 +233,28 @@ def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any)
     return conv_gemm
 
 
+# Output pixels (GEMM rows) per chunk of the pixel-major path, past the budget where needed:
+# OpenBLAS runs a 64 x 4096 x 512 product at 133 GFLOP/s on two cores, 256 x 4096 x 512 at
+# 152, 1024 x 4096 x 512 at 187. DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4 (4 samples of
+# 16 pixels a chunk in the budget) forward / input gradient / weight gradient: 41.9 / 31.5 /
+# 55.5 ms at 64 rows, 27.3 / 27.0 / 30.9 at 256 (PyTorch 18.8 / 20.7 / 24.3).
+GEMM_ROWS = 256
+
+
 def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
     """The pixel-major path's chunks: its channels-last input copy counts against the budget, so
-    its temporaries stay within the channel-first path's."""
+    its temporaries stay within the channel-first path's, unless a chunk would have fewer than
+    GEMM_ROWS output pixels."""
     hp, wp = pm.padded_hw(geom)
-    return _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups, geom.in_shape[1] * hp * wp)
+    return _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups, geom.in_shape[1] * hp * wp,
+                   GEMM_ROWS)
 
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
-    bl = _blocked(geom, groups, w.shape, x, w, b, forward=True)
+    bl = _blocked(geom, groups, w.shape, x, w, b)
     if bl is not None:
         return bl.conv(x, w, b, geom, _bl_chunks(bl, geom, w.shape))
     wg = _winograd(geom, groups, w.shape, x, w, b)
