@@ -336,17 +336,23 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
+    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
     short = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
-    # rows under a block: the forward and weight gradient (output rows of 4 pixels)
-    assert _f_conv._blocked(short, 1, w.shape, x, w) is None
-    # the input gradient sums the output channels: narrow (any row) when fewer than 64; its
-    # rows are the input's in one stride class (7 // 1, or 15 // 2 pixels: under a block)
+    assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
+    # the weight gradient keeps short rows below SHORT_ROWS_CHANNELS input channels
+    assert _f_conv._blocked(short, 1, w.shape, x, w) is not None
+    assert _f_conv._blocked(short, 1, (o, 256, *k), x, w) is None
+    # the input gradient sums the output channels: narrow (any row) when fewer than 64; from
+    # SHORT_ROWS_CHANNELS its rows are the input's in one stride class (15 // 2: under a block)
     assert (_f_conv._blocked(short, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
     strided = geom._replace(stride=(2, 2), in_shape=(n, c, h, 15))
-    assert (_f_conv._blocked(strided, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
+    assert _f_conv._blocked(strided, 1, (128, c, *k), g, w, input_grad=True) is not None
+    assert _f_conv._blocked(strided, 1, (256, c, *k), g, w, input_grad=True) is None
+    assert _f_conv._blocked(strided._replace(in_shape=(n, c, h, 16)), 1, (256, c, *k), g, w,
+                            input_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
 
 
