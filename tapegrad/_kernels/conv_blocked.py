@@ -610,15 +610,18 @@ def takes_input_grad(groups: int, c: int, o: int, taps: int, macs: int, row: int
     return takes(groups, o, c, taps, macs, row)
 
 
-def per_sample(geom: Any, c: int, o: int) -> int:
-    """Scratch elements per sample of a chunk: the padded channels-last input and the output,
-    or the input gradient's counterparts."""
+def per_sample(geom: Any, c: int, o: int, kind: str) -> int:
+    """Scratch elements per sample of a chunk of pass ``kind`` ("forward", "input_grad" or
+    "weight_grad"): the channels-last copies it makes (the outputs are written in place)."""
     _, _, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
+    if kind == "input_grad":
+        hg = _reach(h, ho, kh, sh, dh, geom.padding[0][0])[1]
+        wg = _reach(w, wo, kw, sw, dw, geom.padding[1][0])[1]
+        return o * hg * wg
     hp, wp = padded_hw(geom)
-    hg = _reach(h, ho, kh, sh, dh, geom.padding[0][0])[1]
-    wg = _reach(w, wo, kw, sw, dw, geom.padding[1][0])[1]
-    return max(c * hp * wp, o * hg * wg) + max(c, o) * max(ho * wo, h * w)
+    x = 0 if channel_first(geom, c) else c * hp * wp
+    return x if kind == "forward" else x + o * ho * wo
 
 
 def channel_first(geom: Any, c: int) -> bool:
