@@ -297,6 +297,26 @@ def test_blocked_passes_run_channel_first_on_unpadded_unit_stride_rows():
 
 
 @numba_only
+def test_blocked_chunks_count_the_copies_each_pass_makes():
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
+    # DCGAN's 16 -> 32 4x4 stride 2: a padded channels-last input (34 x 34) for the forward,
+    # the output gradient in zeros every window reaches (18 x 18) for the input gradient, the
+    # input and the output gradient (16 x 16) for the weight gradient
+    geom = _f_conv.Geom((64, 16, 32, 32), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (16, 16))
+    assert conv_blocked.padded_hw(geom) == (34, 34)
+    assert conv_blocked.per_sample(geom, 16, 32, "forward") == 16 * 34 * 34
+    assert conv_blocked.per_sample(geom, 16, 32, "input_grad") == 32 * 18 * 18
+    assert conv_blocked.per_sample(geom, 16, 32, "weight_grad") == 16 * 34 * 34 + 32 * 16 * 16
+    per = _f_conv.BLOCKED_BUDGET // (16 * 34 * 34)
+    assert _f_conv._bl_chunks(conv_blocked, geom, (32, 16, 4, 4), "forward")[0] == (0, per)
+    # channel-first layers copy only the output gradient, for the weights
+    valid = _geom((2, 32, 26, 26), (3, 3), ((0, 0), (0, 0)), (1, 1))
+    assert conv_blocked.per_sample(valid, 32, 64, "forward") == 0
+    assert conv_blocked.per_sample(valid, 32, 64, "weight_grad") == 64 * 24 * 24
+
+
+@numba_only
 def test_blocked_takes_narrow_single_group_layers(monkeypatch):
     from tapegrad._kernels import conv_blocked  # noqa: PLC0415
 
