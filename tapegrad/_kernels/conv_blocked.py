@@ -200,14 +200,16 @@ def _fwdc_source(p: int, ob: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _wgrad_source(pc: int, ob: int) -> str:
+def _wgrad_source(pc: int, ob: int, first: bool = False) -> str:
     """``wgrad(xt, gt, dwk, sh, sw, dh, dw, t0, t1)``: blocks t0 .. t1 of dwk (kh, kw, C, O)
-    += the weight gradient of ``fwd`` over the chunk (xt its input, gt (m, Ho, Wo, O) its
-    output's gradient); blocks of one tap, ``pc`` input and ``ob`` output channels at a time
-    (``pc // 2`` and then single channels for the rest)."""
+    += the weight gradient of ``fwd`` over the chunk (xt (m, Hp, Wp, C) its padded input, gt
+    (m, Ho, Wo, O) its output's gradient, channels-last); blocks of one tap, ``pc`` input and
+    ``ob`` output channels at a time (``pc // 2`` and then single channels for the rest). With
+    ``first``, ``wgradc``: the input channel-first as it is, xt (m, C, H, W) (no padding:
+    ``channel_first``), taps not folded."""
     out = [
-        "def wgrad(xt, gt, dwk, sh, sw, dh, dw, t0, t1):",
-        "    m, hp, wp, c_ = xt.shape",
+        f"def wgrad{'c' * first}(xt, gt, dwk, sh, sw, dh, dw, t0, t1):",
+        "    m, c_, hp, wp = xt.shape" if first else "    m, hp, wp, c_ = xt.shape",
         "    _, ho, wo, o_ = gt.shape",
         "    kh, kw, cr, _ = dwk.shape  # cr: C, or kw * C with a row's taps folded in",
         "    xf = xt.reshape(-1)",
@@ -215,7 +217,8 @@ def _wgrad_source(pc: int, ob: int) -> str:
         "    df = dwk.reshape(-1)",
         "    ou = U(o_)",
         "    z = df.dtype.type(0)",
-        "    ps = U(sw * c_)",
+        "    plane = U(hp * wp)  # from one input channel to the next",
+        "    ps = U(sw)" if first else "    ps = U(sw * c_)",
         f"    ncb = (cr + {pc} - 1) // {pc}",
         f"    nob = o_ // {ob}",
         "    for t in range(t0, t1):",
@@ -236,7 +239,8 @@ def _wgrad_source(pc: int, ob: int) -> str:
         lines += [ind2 + s for s in _sums("a", k, ob, "z")]
         lines += [
             ind2 + "for oy in range(ho):",
-            ind2 + f"    xb = U(((n * hp + oy * sh + ky * dh) * wp + kx * dw) * c_ + {c0})",
+            ind2 + (f"    xb = U(((n * c_ + {c0}) * hp + oy * sh + ky * dh) * wp + kx * dw)" if first
+                    else f"    xb = U(((n * hp + oy * sh + ky * dh) * wp + kx * dw) * c_ + {c0})"),
             ind2 + "    gb = U((n * ho + oy) * wo * o_ + ob)",
             ind2 + "    for ox in range(U(wo)):",
             ind2 + "        xo = xb + ox * ps",
@@ -244,7 +248,7 @@ def _wgrad_source(pc: int, ob: int) -> str:
             ind2 + "        " + "; ".join(f"g{j} = gf[go + U({j})]" for j in range(ob)),
         ]
         for i in range(k):
-            lines.append(ind2 + f"        x{i} = xf[xo + U({i})]")
+            lines.append(ind2 + f"        x{i} = xf[xo + U({i}){' * plane' * first}]")
             lines.append(ind2 + "        " + "; ".join(f"a{i}_{j} += x{i} * g{j}" for j in range(ob)))
         for i in range(k):
             lines.append(ind2 + "; ".join(f"df[db + U({i}) * ou + U({j})] += a{i}_{j}" for j in range(ob)))
@@ -262,17 +266,19 @@ def _wgrad_source(pc: int, ob: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _tgrad_source(p: int, ob: int) -> str:
+def _tgrad_source(p: int, ob: int, first: bool = False) -> str:
     """``tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1)``: rows r0 .. r1 of xg
-    (m, C, H, W) (m * H rows of W) <- the input gradient of a convolution (stride, dilation, padding top /
-    left), from its output gradient gt (m, Hg, Wg, O), placed ``ot`` rows down and ``ol`` columns right in zeros wide enough
-    for every window, and wk (kh, kw, O, C), C a multiple of ``ob``. Input pixel (iy, ix)
-    takes tap (ky, kx) where iy + pt - ky * dh and ix + pl - kx * dw are multiples of the
-    stride: the pixels of a row ``sw`` apart take the same taps from consecutive output
-    gradient pixels, so they make the blocks (a row is ``sw`` classes)."""
+    (m, C, H, W) (m * H rows of W) <- the input gradient of a convolution (stride, dilation,
+    padding top / left), from its output gradient gt (m, Hg, Wg, O) channels-last (with
+    ``first``, ``tgradc``: (m, O, Hg, Wg) channel-first), placed ``ot`` rows down and ``ol``
+    columns right in zeros wide enough for every window, and wk (kh, kw, O, C), C a multiple
+    of ``ob``. Input pixel (iy, ix) takes tap (ky, kx) where iy + pt - ky * dh and ix + pl -
+    kx * dw are multiples of the stride: the pixels of a row ``sw`` apart take the same taps
+    from consecutive output gradient pixels, so they make the blocks (a row is ``sw``
+    classes)."""
     out = [
-        "def tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):",
-        "    m, hg, wg, o_ = gt.shape",
+        f"def tgrad{'c' * first}(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):",
+        "    m, o_, hg, wg = gt.shape" if first else "    m, hg, wg, o_ = gt.shape",
         "    kh, kw, _, c_ = wk.shape",
         "    _, _, h_, w_ = xg.shape",
         "    gf = gt.reshape(-1)",
@@ -282,8 +288,9 @@ def _tgrad_source(p: int, ob: int) -> str:
         "    ou = U(o_)",
         "    cu = U(c_)",
         "    xplane = U(h_ * w_)",
+        "    gplane = U(hg * wg)  # from one output channel to the next (channel-first)",
         "    ss = U(sw)  # from a block's pixel to the next (same class)",
-        f"    tmp = np.empty({p * ob}, xf.dtype)",
+        "" if first else f"    tmp = np.empty({p * ob}, xf.dtype)",  # first: stored straight
         "    for r in range(r0, r1):",
         "        n = r // h_",
         "        iy = r % h_",
@@ -306,127 +313,19 @@ def _tgrad_source(p: int, ob: int) -> str:
             ind + "        tx = ix0 + pl - kx * dw",
             ind + "        if tx % sw != 0:",
             ind + "            continue",
-            ind + "        gb = U(((n * hg + gy) * wg + tx // sw + ol + j) * o_)",
+            ind + ("        gb = U((n * o_ * hg + gy) * wg + tx // sw + ol + j)" if first
+                   else "        gb = U(((n * hg + gy) * wg + tx // sw + ol + j) * o_)"),
             ind + "        wb = U((ky * kw + kx) * o_ * c_ + cb)",
             ind + "        for o in range(ou):",
         ]
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + o * cu", "gf[gb + U({i}) * ou + o]")
+        g = "gf[gb + o * gplane + U({i})]" if first else "gf[gb + U({i}) * ou + o]"
+        lines += _step(k, ob, ind + " " * 12, "wc = wb + o * cu", g)
         lines.append(ind + "base = U(((n * c_ + cb) * h_ + iy) * w_ + ix0 + j * sw)")
+        if first:  # its loads run along the block's pixels too: stored straight to the planes
+            return lines + _store(k, ob, ind, "xf[base + U({j}) * xplane + U({i}) * ss]")
         return lines + _through(k, ob, ind, "xf", "xplane", "ss", "z")
 
     out += _blocks(p, "nj", "j", block, 20)
-    return "\n".join(out) + "\n"
-
-
-def _tgradc_source(p: int, ob: int) -> str:
-    """``tgradc(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1)``: ``tgrad`` on channel-first
-    arrays: g (m, O, Hg, Wg) (the output gradient placed ``ot`` rows down and ``ol`` columns
-    right in zeros), xg (m, C, H, W), rows r0 .. r1 of its m * H rows."""
-    out = [
-        "def tgradc(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):",
-        "    m, o_, hg, wg = g.shape",
-        "    kh, kw, _, c_ = wk.shape",
-        "    _, _, h_, w_ = xg.shape",
-        "    gf = g.reshape(-1)",
-        "    wf = wk.reshape(-1)",
-        "    xf = xg.reshape(-1)",
-        "    z = xf.dtype.type(0)",
-        "    ou = U(o_)",
-        "    cu = U(c_)",
-        "    gplane = U(hg * wg)",
-        "    xplane = U(h_ * w_)",
-        "    ss = U(sw)",
-        "    for r in range(r0, r1):",
-        "        n = r // h_",
-        "        iy = r % h_",
-        f"        for cb in range(0, c_, {ob}):",
-        "            for ix0 in range(min(sw, w_)):",
-        "                nj = (w_ - ix0 + sw - 1) // sw",
-        "                j = 0",
-        "                while j < nj:",
-    ]
-
-    def block(k: int, ind: str) -> list[str]:
-        lines = [ind + s for s in _sums("a", k, ob, "z")]
-        lines += [
-            ind + "for ky in range(kh):",
-            ind + "    ty = iy + pt - ky * dh",
-            ind + "    if ty % sh != 0:",
-            ind + "        continue",
-            ind + "    gy = ty // sh + ot",
-            ind + "    for kx in range(kw):",
-            ind + "        tx = ix0 + pl - kx * dw",
-            ind + "        if tx % sw != 0:",
-            ind + "            continue",
-            ind + "        gb = U((n * o_ * hg + gy) * wg + tx // sw + ol + j)",
-            ind + "        wb = U((ky * kw + kx) * o_ * c_ + cb)",
-            ind + "        for o in range(ou):",
-        ]
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + o * cu", "gf[gb + o * gplane + U({i})]")
-        lines.append(ind + "xb = U(((n * c_ + cb) * h_ + iy) * w_ + ix0 + j * sw)")
-        return lines + _store(k, ob, ind, "xf[xb + U({j}) * xplane + U({i}) * ss]")
-
-    out += _blocks(p, "nj", "j", block, 20)
-    return "\n".join(out) + "\n"
-
-
-def _wgradc_source(pc: int, ob: int) -> str:
-    """``wgradc(x, gt, dwk, sh, sw, dh, dw, t0, t1)``: ``wgrad`` reading the input channel-first
-    as it is, x (m, C, H, W) (no padding: ``channel_first``), gt (m, Ho, Wo, O) channels-last
-    as before, dwk (kh, kw, C, O) (taps not folded)."""
-    out = [
-        "def wgradc(x, gt, dwk, sh, sw, dh, dw, t0, t1):",
-        "    m, c_, hp, wp = x.shape",
-        "    _, ho, wo, o_ = gt.shape",
-        "    kh, kw, cr, _ = dwk.shape",
-        "    xf = x.reshape(-1)",
-        "    gf = gt.reshape(-1)",
-        "    df = dwk.reshape(-1)",
-        "    ou = U(o_)",
-        "    z = df.dtype.type(0)",
-        "    plane = U(hp * wp)",
-        "    ss = U(sw)",
-        f"    ncb = (cr + {pc} - 1) // {pc}",
-        f"    nob = o_ // {ob}",
-        "    for t in range(t0, t1):",
-        f"        ob = (t % nob) * {ob}",
-        "        t2 = t // nob",
-        f"        c0 = (t2 % ncb) * {pc}",
-        "        tap = t2 // ncb",
-        "        ky = tap // kw",
-        "        kx = tap % kw",
-        f"        if c0 + {pc} <= cr:",
-    ]
-
-    def block(k: int, ind: str, c0: str) -> list[str]:
-        lines = [ind + f"db = U(((ky * kw + kx) * cr + {c0}) * o_ + ob)", ind + "for n in range(m):"]
-        ind2 = ind + "    "
-        lines += [ind2 + s for s in _sums("a", k, ob, "z")]
-        lines += [
-            ind2 + "for oy in range(ho):",
-            ind2 + f"    xb = U(((n * c_ + {c0}) * hp + oy * sh + ky * dh) * wp + kx * dw)",
-            ind2 + "    gb = U((n * ho + oy) * wo * o_ + ob)",
-            ind2 + "    for ox in range(U(wo)):",
-            ind2 + "        xo = xb + ox * ss",
-            ind2 + "        go = gb + ox * ou",
-            ind2 + "        " + "; ".join(f"g{j} = gf[go + U({j})]" for j in range(ob)),
-        ]
-        for i in range(k):
-            lines.append(ind2 + f"        x{i} = xf[xo + U({i}) * plane]")
-            lines.append(ind2 + "        " + "; ".join(f"a{i}_{j} += x{i} * g{j}" for j in range(ob)))
-        for i in range(k):
-            lines.append(ind2 + "; ".join(f"df[db + U({i}) * ou + U({j})] += a{i}_{j}" for j in range(ob)))
-        return lines
-
-    h = pc // 2
-    out += block(pc, " " * 12, "c0")
-    out.append("        else:")
-    out.append("            c1 = c0")
-    out.append(f"            if c1 + {h} <= cr:")
-    out += block(h, " " * 16, "c1")
-    out.append(f"                c1 += {h}")
-    out.append("            for c2 in range(c1, cr):")
-    out += block(1, " " * 16, "c2")
     return "\n".join(out) + "\n"
 
 
@@ -438,7 +337,7 @@ def _source(p: int, pc: int, ob: int) -> str:
     )
     return head + "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
-         _tgradc_source(p, ob), _wgradc_source(pc, ob), _PAR_SOURCE)
+         _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True), _PAR_SOURCE)
     )
 
 
