@@ -423,9 +423,10 @@ _lock = threading.Lock()
 
 
 def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
-    """Kernel ``name`` ("fwd", "wgrad" or "tgrad") compiled for ``dtype`` (on first use, each dtype
-    apart: float64 is for tests and checks, and each compile takes seconds); with ``parallel``,
-    its two-thread twin (which compiles the serial kernel first)."""
+    """Kernel ``name`` ("fwd", "wgrad" or "tgrad", or their channel-first "fwdc", "wgradc",
+    "tgradc") compiled for ``dtype`` (on first use, each dtype apart: float64 is for tests and
+    checks, and each compile takes seconds); with ``parallel``, its two-thread twin (which
+    compiles the serial kernel first)."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
@@ -436,13 +437,15 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
             nb = numba()
             assert nb is not None
             mod = _module(P, PC, OB)
-            t = {"f": "f4", "d": "f8"}[key[1]] + "[:, :, :, ::1]"
+            e = {"f": "f4", "d": "f8"}[key[1]]
+            t = e + "[:, :, :, ::1]"
             cfg = nb.core.config
             old = cfg.SLP_VECTORIZE
             cfg.SLP_VECTORIZE = 1  # for these kernels only: it packs the scalar sums in vectors
             try:
                 ints = ", int64" * (10 if name.startswith("tgrad") else 6)
-                arrays = f"{t}, {t}, {t[:-len('[:, :, :, ::1]')]}[::1], {t}" if name in ("fwd", "fwdc") else f"{t}, {t}, {t}"
+                # the forwards take the bias, a vector, between the weights and the output
+                arrays = f"{t}, {t}, {e}[::1], {t}" if name.startswith("fwd") else f"{t}, {t}, {t}"
                 sig = f"void({arrays}{ints})"
                 if serial is not None:  # the twin calls the compiled kernel by its global name
                     setattr(mod, name, serial)
@@ -603,22 +606,20 @@ def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
     o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
     dt = x.dtype
+    wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0))  # (kh, kw, C, O)
+    bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
+    out = np.empty((n, o, ho, wo), dtype=dt)
+    xc = np.ascontiguousarray(x)
+    macs = ho * wo * o * c * w.shape[2] * w.shape[3]  # a sample's
     if channel_first(geom, c):
-        wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0))
-        bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
-        out = np.empty((n, o, ho, wo), dtype=dt)
-        fwd = _pick("fwdc", dt, n * ho * wo * o * c * w.shape[2] * w.shape[3])
-        fwd(np.ascontiguousarray(x), wk, bb, out, sh, sw, dh, dw, 0, n * ho)
+        _pick("fwdc", dt, n * macs)(xc, wk, bb, out, sh, sw, dh, dw, 0, n * ho)
         return out
     hp, wp = padded_hw(geom)
     pt, pl = geom.padding[0][0], geom.padding[1][0]
-    wk = _fold(np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0)), dw)
-    bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
+    wk = _fold(wk, dw)
     most = _most(chunks)
-    fwd = _pick("fwd", dt, most * ho * wo * o * c * w.shape[2] * w.shape[3])
+    fwd = _pick("fwd", dt, most * macs)
     xt_buf = np.empty(most * c * hp * wp, dtype=dt)
-    out = np.empty((n, o, ho, wo), dtype=dt)
-    xc = np.ascontiguousarray(x)
     for a, z in chunks:
         m = z - a
         xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
