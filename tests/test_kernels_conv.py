@@ -273,6 +273,7 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)  # the blocked kernels, not Winograd
     rng = np.random.default_rng(8)
     geom, x, w, g = _conv_case(rng, shape, o, k, s, pad, d, dtype)
     c = shape[1]
@@ -354,6 +355,7 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
         pytest.skip(f"kernels serial here: {threads.describe()}")
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)  # on two threads from any size
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
     assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
@@ -379,6 +381,7 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
 @numba_only
 def test_blocked_kernels_read_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
     rng = np.random.default_rng(9)
     geom = _geom((3, 16, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
     x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
@@ -415,6 +418,7 @@ def _second_order_matches_torch(x, w, s, p):
                          [((2, 16, 7, 6), 16, 3, 1, 1), ((2, 3, 9, 10), 16, 4, 2, 1)])
 def test_blocked_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o, k, s, p):
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
     rng = np.random.default_rng(10)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((o, shape[1], k, k))
@@ -445,6 +449,7 @@ def test_winograd_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
     rng = np.random.default_rng(5)
     geom = _geom(shape, (3, 3), pad, (1, 1))
     x = rng.standard_normal(shape).astype(dtype)
@@ -475,6 +480,7 @@ def test_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
     rng = np.random.default_rng(6)
     geom = _geom((3, 6, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
     x = rng.standard_normal((3, 8, 9, 6)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
@@ -483,6 +489,88 @@ def test_winograd_reads_non_contiguous_inputs(monkeypatch):
     assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
     assert _f_conv._winograd(geom, 1, w.shape, x, w) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
+
+
+FUSED_CASES = [  # (N, C, H, W), O, ((top, bottom), (left, right)): C and O multiples of 16
+    ((2, 16, 7, 6), 16, ((1, 1), (1, 1))),  # odd output rows: a half tile
+    ((3, 32, 8, 9), 32, ((0, 0), (0, 0))),  # unpadded, odd output columns (input gradient: 2)
+    ((2, 16, 5, 7), 32, ((2, 1), (0, 2))),  # asymmetric
+    ((1, 16, 3, 3), 16, ((2, 2), (2, 2))),  # batch 1, a 5x5 output from a 3x3 input
+    ((2, 16, 3, 4), 16, ((0, 0), (0, 0))),  # a 1x2 output: one tile, three quarters unused
+    ((2, 16, 6, 6), 16, ((3, 3), (3, 3))),  # padding 3: the input gradient's windows crop
+    ((5, 48, 9, 9), 32, ((1, 1), (1, 1))),  # 125 tiles: groups of 32 and a partial one
+]
+
+
+@numba_only
+@pytest.mark.parametrize(("shape", "o", "pad"), FUSED_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parallel", [False, True])  # the two-thread twin, on every call
+def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o, pad, dtype,
+                                                          parallel):
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(11)
+    geom = _geom(shape, (3, 3), pad, (1, 1))
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    g = rng.standard_normal((shape[0], o, *geom.out_hw)).astype(dtype)
+    assert _f_conv._fused(geom, 1, w.shape, x, w, b) is not None
+    assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert _f_conv._fused(geom, 1, w.shape, g, x, weight_grad=True) is not None
+    _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
+
+
+@numba_only
+def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
+    x = np.zeros((2, 32, 8, 8), np.float32)
+    geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
+    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x) is not None
+    assert _f_conv._fused(geom, 1, (64, 8, 3, 3), x) is None  # sums 8 channels
+    assert _f_conv._fused(geom, 1, (40, 32, 3, 3), x) is None  # not whole blocks of 16
+    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x, input_grad=True) is not None
+    assert _f_conv._fused(geom, 1, (32, 40, 3, 3), x, input_grad=True) is None  # makes 40
+    assert _f_conv._fused(geom, 1, (8, 32, 3, 3), x, input_grad=True) is None  # sums 8
+    # the weight gradient: 16+ input channels in blocks of 8, output channels in blocks of 16
+    assert _f_conv._fused(geom, 1, (16, 16, 3, 3), x, weight_grad=True) is not None
+    assert _f_conv._fused(geom, 1, (16, 8, 3, 3), x, weight_grad=True) is None
+    assert _f_conv._fused(geom, 1, (16, 20, 3, 3), x, weight_grad=True) is None
+    assert _f_conv._fused(geom, 1, (24, 16, 3, 3), x, weight_grad=True) is None
+    assert _f_conv._fused(geom, 2, (64, 16, 3, 3), x) is None  # groups
+    assert _f_conv._fused(geom._replace(stride=(1, 2)), 1, (64, 32, 3, 3), x) is None
+    assert _f_conv._fused(geom._replace(dilation=(2, 2)), 1, (64, 32, 3, 3), x) is None
+    five = _geom(x.shape, (5, 5), ((2, 2), (2, 2)), (1, 1))
+    assert _f_conv._fused(five, 1, (64, 32, 5, 5), x) is None
+    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x.astype(np.float16)) is None
+
+
+@numba_only
+def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(12)
+    geom = _geom((3, 16, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, 32, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
+
+
+@pytest.mark.parametrize(("shape", "o", "p"), [((2, 16, 7, 6), 16, 1), ((1, 32, 6, 5), 16, 0)])
+def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o,
+                                                                        p):
+    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((o, shape[1], 3, 3))
+    _second_order_matches_torch(x, w, 1, p)
 
 
 @pytest.mark.parametrize(("shape", "o", "p"), [((2, 3, 7, 6), 5, 1), ((1, 4, 6, 5), 2, 0)])

@@ -329,6 +329,210 @@ def _tgrad_source(p: int, ob: int, first: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
+    """Winograd's input transform, ``B^T d B``, of a group's 4x4 input patches d: for tile i
+    of the group (tile t0 + i of the batch) and each channel c, the 16 values to ``dst``
+    (formatted with the position's row ``a`` and column ``b``; ``base`` is run first, per
+    channel). Windows past the input's edges read zeros (checked only in the tiles that reach
+    them). With ``rows``, only the position rows a0 .. a1 are stored. Indented ``ind_``
+    spaces."""
+    i0 = " " * int(ind_)
+    i1, i2, i3 = i0 + "    ", i0 + "        ", i0 + "            "
+    out = [
+        i0 + "for i in range(nt):",
+        i1 + "t = t0 + i",
+        i1 + "s = t // per",
+        i1 + "y0 = 2 * ((t % per) // tw) - pt",
+        i1 + "x0 = 2 * (t % tw) - pl",
+        i1 + "inside = y0 >= 0 and x0 >= 0 and y0 + 4 <= h_ and x0 + 4 <= w_",
+    ]
+    out += [i1 + f"r{r} = 0 <= y0 + {r} < h_" for r in range(4)]
+    out += [i1 + f"q{q} = 0 <= x0 + {q} < w_" for q in range(4)]
+    out += [
+        i1 + "for c in range(c_):",
+        i2 + "xb = (s * c_ + c) * plane + y0 * w_ + x0",
+        i2 + base,
+        i2 + "if inside:",
+        i3 + "xu = U(xb)",
+    ]
+    out += [i3 + "; ".join(f"d{r}{q} = xf[xu + U({r}) * wu + U({q})]" for q in range(4))
+            for r in range(4)]
+    out.append(i2 + "else:")
+    out += [i3 + "; ".join(f"d{r}{q} = xf[xb + {r} * w_ + {q}] if r{r} and q{q} else z"
+                           for q in range(4)) for r in range(4)]
+    # B^T d (rows combined, per column q), then (B^T d) B (columns combined, per row a)
+    comb = ("{0} - {2}", "{1} + {2}", "{2} - {1}", "{1} - {3}")
+    out += [i2 + "; ".join(f"e{a}{q} = " + comb[a].format(*(f"d{r}{q}" for r in range(4)))
+                           for a in range(4)) for q in range(4)]
+    for a in range(4):
+        ind = i2
+        if rows:
+            out.append(i2 + f"if a0 <= {a} < a1:")
+            ind = i3
+        out += [ind + dst.format(a=a, b=b) + " = " + comb[b].format(*(f"e{a}{q}" for q in range(4)))
+                for b in range(4)]
+    return out
+
+
+def _wfwd_source(p: int, ob: int) -> str:
+    """``wfwd(x, u, b, y, pt, pl, tg, g0, g1)``: Winograd F(2x2, 3x3) on the channel-first
+    arrays as they are: groups g0 .. g1 of ``tg`` output tiles (2x2 pixels each, numbered
+    across the batch: sample, tile row, tile column) of y (m, O, Ho, Wo) <- x (m, C, H, W)
+    (padding ``pt`` / ``pl`` read as zeros) by the transformed weights u (16, C, O) (``G w
+    G^T``), plus b (O). A group's input patches are transformed into v (16, C, tg) (``B^T d
+    B``, scalar), the 16 products summed over C in blocks of ``p`` tiles x ``ob`` output
+    channels (a tile's values read at literal offsets, folded into the multiply-adds as
+    broadcasts), ``ob`` channels at a time into m (16, tg, ob), then transformed to the tiles'
+    pixels (``A^T M A``). Scratch: the group's v and m, in cache; no copies of x or y."""
+    out = [
+        "def wfwd(x, u, b, y, pt, pl, tg, g0, g1):",
+        "    m_, c_, h_, w_ = x.shape",
+        "    _, _, o_ = u.shape",
+        "    _, _, ho, wo = y.shape",
+        "    th = (ho + 1) // 2",
+        "    tw = (wo + 1) // 2",
+        "    per = th * tw",
+        "    total = m_ * per",
+        "    xf = x.reshape(-1)",
+        "    wf = u.reshape(-1)",
+        "    yf = y.reshape(-1)",
+        "    z = yf.dtype.type(0)",
+        "    cu = U(c_)",
+        "    ou = U(o_)",
+        "    tu = U(tg)",
+        "    wu = U(w_)",
+        "    plane = h_ * w_",
+        "    vp = U(c_ * tg + 16)  # from one of the 16 positions to the next: not a power of two",
+        f"    mp = U(tg * {ob} + 16)",
+        "    v = np.empty(16 * vp, yf.dtype)",
+        "    mm = np.empty(16 * mp, yf.dtype)",
+        "    for gi in range(g0, g1):",
+        "        t0 = gi * tg",
+        "        nt = min(tg, total - t0)",
+    ]
+    out += _patches("8", "vb = U(c * tg + i)", "v[vb + U({a} * 4 + {b}) * vp]")
+    out += [
+        f"        for ob in range(0, o_, {ob}):",
+        "            for p in range(16):",
+        "                wb = U(p * c_ * o_ + ob)",
+        "                it = 0",
+        "                while it < nt:",
+    ]
+
+    def block(k: int, ind: str) -> list[str]:
+        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines += [ind + "vb = U(p) * vp + U(it)", ind + "for c in range(cu):"]
+        lines += _step(k, ob, ind + "    ", "wc = wb + c * ou", "v[vb + c * tu + U({i})]")
+        lines.append(ind + f"mb = U(p) * mp + U(it * {ob})")
+        return lines + _store(k, ob, ind, f"mm[mb + U({{i}} * {ob} + {{j}})]")
+
+    out += _blocks(p, "nt", "it", block, 20)
+    out += [
+        "            for i in range(nt):  # the output transform, A^T M A, plus the bias",
+        "                t = t0 + i",
+        "                s = t // per",
+        "                oy = 2 * ((t % per) // tw)",
+        "                ox = 2 * (t % tw)",
+        "                right = ox + 1 < wo",
+        "                down = oy + 1 < ho",
+        f"                for j in range({ob}):",
+        f"                    mo = U(i * {ob} + j)",
+    ]
+    for pos in range(16):
+        out.append(f"                    m{pos} = mm[mo + U({pos}) * mp]")
+    out += [
+        "                    p0 = m0 + m4 + m8; p1 = m1 + m5 + m9",
+        "                    p2 = m2 + m6 + m10; p3 = m3 + m7 + m11",
+        "                    s0 = m4 - m8 - m12; s1 = m5 - m9 - m13",
+        "                    s2 = m6 - m10 - m14; s3 = m7 - m11 - m15",
+        "                    bj = b[ob + j]",
+        "                    yb = ((s * o_ + ob + j) * ho + oy) * wo + ox",
+        "                    yf[yb] = p0 + p1 + p2 + bj",
+        "                    if right:",
+        "                        yf[yb + 1] = p1 - p2 - p3 + bj",
+        "                    if down:",
+        "                        yf[yb + wo] = s0 + s1 + s2 + bj",
+        "                        if right:",
+        "                            yf[yb + wo + 1] = s1 - s2 - s3 + bj",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _wgradw_source(pc: int, ob: int) -> str:
+    """``wgradw(x, g, du, pt, pl, tg, a0, a1, g0, g1)``: du (16, C, O) += the weight gradient
+    of ``wfwd`` in the transformed weights, ``dU = sum over tiles of V^T dM``, for the
+    positions in rows a0 .. a1 (of 4) of the 4x4 transform, over groups g0 .. g1 of ``tg``
+    tiles; x (m, C, H, W) the input, g (m, O, Ho, Wo) the output's gradient, channel-first as
+    they are. A group's ``V = B^T d B`` (tile-major per position, (tg, C)) and ``dM = A dY
+    A^T`` (the adjoint of the output transform, (tg, O)) are formed for those rows only, then
+    summed in blocks of ``pc`` input x ``ob`` output channels; C a multiple of ``pc``. The
+    two-thread twin gives each thread two rows: disjoint sums, no transform done twice."""
+    out = [
+        "def wgradw(x, g, du, pt, pl, tg, a0, a1, g0, g1):",
+        "    m_, c_, h_, w_ = x.shape",
+        "    _, o_, ho, wo = g.shape",
+        "    th = (ho + 1) // 2",
+        "    tw = (wo + 1) // 2",
+        "    per = th * tw",
+        "    total = m_ * per",
+        "    xf = x.reshape(-1)",
+        "    gf = g.reshape(-1)",
+        "    df = du.reshape(-1)",
+        "    z = df.dtype.type(0)",
+        "    cu = U(c_)",
+        "    ou = U(o_)",
+        "    wu = U(w_)",
+        "    plane = h_ * w_",
+        "    oplane = ho * wo",
+        "    npos = 4 * (a1 - a0)",
+        "    vp = U(tg * c_ + 16)  # from one position to the next: not a power of two",
+        "    mp = U(tg * o_ + 16)",
+        "    v = np.empty(npos * vp, df.dtype)",
+        "    wf = np.empty(npos * mp, df.dtype)  # dM, read as the blocks' vectors",
+        "    for gi in range(g0, g1):",
+        "        t0 = gi * tg",
+        "        nt = min(tg, total - t0)",
+    ]
+    out += _patches("8", "vb = U(i * c_ + c)", "v[vb + U(({a} - a0) * 4 + {b}) * vp]", rows=True)
+    out += [
+        "        for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
+        "            t = t0 + i",
+        "            s = t // per",
+        "            oy = 2 * ((t % per) // tw)",
+        "            ox = 2 * (t % tw)",
+        "            right = ox + 1 < wo",
+        "            down = oy + 1 < ho",
+        "            for o in range(o_):",
+        "                gb = (s * o_ + o) * oplane + oy * wo + ox",
+        "                g00 = gf[gb]",
+        "                g01 = gf[gb + 1] if right else z",
+        "                g10 = gf[gb + wo] if down else z",
+        "                g11 = gf[gb + wo + 1] if right and down else z",
+        "                u0 = g00 + g01; u1 = g00 - g01; w0 = g10 + g11; w1 = g10 - g11",
+        "                mb = U(i * o_ + o)",
+    ]
+    rows = (("g00", "u0", "u1", "-g01"), ("g00 + g10", "u0 + w0", "u1 + w1", "-g01 - g11"),
+            ("g00 - g10", "u0 - w0", "u1 - w1", "g11 - g01"), ("-g10", "-w0", "-w1", "g11"))
+    for a, vals in enumerate(rows):
+        out.append(f"                if a0 <= {a} < a1:")
+        out += [f"                    wf[mb + U(({a} - a0) * 4 + {b}) * mp] = {e}"
+                for b, e in enumerate(vals)]
+    out += [
+        "        for p in range(npos):",
+        "            for c0 in range(0, c_, " + str(pc) + "):",
+        f"                for ob in range(0, o_, {ob}):",
+    ]
+    ind = " " * 20
+    out += [ind + s_ for s_ in _sums("a", pc, ob, "z")]
+    out += [ind + "vb = U(p) * vp + U(c0)", ind + "gb = U(p) * mp + U(ob)",
+            ind + "for i in range(U(nt)):"]
+    out += _step(pc, ob, ind + "    ", "wc = gb + i * ou", "v[vb + i * cu + U({i})]")
+    out.append(ind + "db = U(((4 * a0 + p) * c_ + c0) * o_ + ob)")
+    out += [ind + "; ".join(f"df[db + U({i}) * ou + U({j})] += a{i}_{j}" for j in range(ob))
+            for i in range(pc)]
+    return "\n".join(out) + "\n"
+
+
 def _source(p: int, pc: int, ob: int) -> str:
     head = (
         '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
@@ -337,7 +541,8 @@ def _source(p: int, pc: int, ob: int) -> str:
     )
     return head + "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
-         _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True), _PAR_SOURCE)
+         _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
+         _wfwd_source(p, ob), _wgradw_source(pc, ob), _PAR_SOURCE)
     )
 
 
@@ -380,6 +585,17 @@ def tgradc_par(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):
     h = (r1 - r0) // 2
     for i in prange(2):
         tgradc(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + i * h, r1 if i else r0 + h)
+
+
+def wfwd_par(x, u, b, y, pt, pl, tg, g0, g1):
+    h = (g1 - g0) // 2
+    for i in prange(2):
+        wfwd(x, u, b, y, pt, pl, tg, g0 + i * h, g1 if i else g0 + h)
+
+
+def wgradw_par(x, g, du, pt, pl, tg, a0, a1, g0, g1):
+    for i in prange(2):  # rows 0, 1 and 2, 3 of the transform
+        wgradw(x, g, du, pt, pl, tg, 2 * i, 2 * i + 2, g0, g1)
 """
 
 
@@ -443,9 +659,13 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
             old = cfg.SLP_VECTORIZE
             cfg.SLP_VECTORIZE = 1  # for these kernels only: it packs the scalar sums in vectors
             try:
-                ints = ", int64" * (10 if name.startswith("tgrad") else 6)
+                ints = ", int64" * {"tgrad": 10, "wfwd": 5, "wgradw": 7}.get(name.rstrip("c"), 6)
                 # the forwards take the bias, a vector, between the weights and the output
                 arrays = f"{t}, {t}, {e}[::1], {t}" if name.startswith("fwd") else f"{t}, {t}, {t}"
+                if name == "wfwd":  # the transformed weights are (16, C, O)
+                    arrays = f"{t}, {e}[:, :, ::1], {e}[::1], {t}"
+                if name == "wgradw":  # x, g; their sums in the transformed weights
+                    arrays = f"{t}, {t}, {e}[:, :, ::1]"
                 sig = f"void({arrays}{ints})"
                 if serial is not None:  # the twin calls the compiled kernel by its global name
                     setattr(mod, name, serial)
