@@ -244,13 +244,6 @@ def _conv(x: Any, u: Any, b: Any, pads: tuple[int, int], out_hw: tuple[int, int]
     return out
 
 
-# Output tiles per group of the fused kernel: its scratch, 16 x C x TILES transformed inputs and
-# 16 x TILES x 16 sums, stays in the core's cache. 128 -> 128 at 14x14 (batch 8), forward on two
-# threads: 16 / 32 / 64 tiles 1.62 / 1.43 / 1.53 ms; mnist's 32 -> 64 at 26x26 (batch 64) 6.7 /
-# 6.4 / 6.6.
-TILES = 32
-
-
 def fused(x: Any, u: Any, b: Any, pads: tuple[int, int], out_hw: tuple[int, int]) -> Any:
     """The F(2x2, 3x3) convolution of channel-first ``x`` by the transformed weights ``u``
     (16, C, O) (+ ``b``), read ``pads`` (top, left) up and left of the first window, in one
@@ -264,9 +257,9 @@ def fused(x: Any, u: Any, b: Any, pads: tuple[int, int], out_hw: tuple[int, int]
     out = np.empty((n, o, ho, wo), dtype=dt)
     bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
     th, tw = tiles(out_hw)
-    groups = -(-(n * th * tw) // TILES)
+    groups = -(-(n * th * tw) // cb.TILES)
     kernel = cb._pick("wfwd", dt, n * ho * wo * x.shape[1] * o * 9)
-    kernel(np.ascontiguousarray(x, dtype=dt), u, bb, out, pads[0], pads[1], TILES, 0, groups)
+    kernel(np.ascontiguousarray(x, dtype=dt), u, bb, out, pads[0], pads[1], cb.TILES, 0, groups)
     return out
 
 
@@ -295,8 +288,8 @@ def fused_weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
     th, tw = tiles(geom.out_hw)
     du = np.zeros((16, c, o), dtype=dt)
     kernel = cb._pick("wgradw", dt, n * math.prod(geom.out_hw) * c * o * 9)
-    kernel(np.ascontiguousarray(x), np.ascontiguousarray(g, dtype=dt), du, pt, pl, TILES, 0, 4,
-           0, -(-(n * th * tw) // TILES))
+    kernel(np.ascontiguousarray(x), np.ascontiguousarray(g, dtype=dt), du, pt, pl, 0, 4, 0,
+           -(-(n * th * tw) // cb.TILES))
     d9 = _kron(dt).T @ du.reshape(16, c * o)  # G^T dU G
     del du
     return np.ascontiguousarray(d9.reshape(3, 3, c, o).transpose(3, 2, 0, 1)).reshape(wshape)
