@@ -368,23 +368,44 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
         i2 + "xb = (s * c_ + c) * plane + y0 * w_ - pl",
     ]
     out += [i2 + f"b{r} = U(xb + {r} * w_ if ok{r} else -pl)" for r in range(4)]
-    out += [i2 + "for j in range(ja, lo):",
+    out += [i2 + "for j in range(U(ja), U(lo)):",
             i3 + "; ".join(f"eb[U({a}) * ewp + j] = z" for a in range(4)),
             i2 + "for j in range(U(hi), U(jb)):",
-            i3 + "; ".join(f"eb[U({a}) * ewp + j] = z" for a in range(4)),
-            i2 + "for j in range(U(lo), U(hi)):",
-            i3 + "; ".join(f"d{r} = src{r}[b{r} + j]" for r in range(4))]
-    out += [i3 + "; ".join(f"eb[U({a}) * ewp + j] = " + comb[a].format("d0", "d1", "d2", "d3")
-                           for a in range(4))]
-    out += [i2 + base, i2 + "for k in range(U(ns)):", i3 + "j = U(ja) + U(2) * k"]
-    for a in range(4):
-        ind = i3
-        if rows:
-            out.append(i3 + f"if a0 <= {a} < a1:")
-            ind = i3 + "    "
-        out.append(ind + "; ".join(f"e{q} = eb[U({a}) * ewp + j + U({q})]" for q in range(4)))
-        out += [ind + dst.format(a=a, b=b) + " = " + comb[b].format("e0", "e1", "e2", "e3")
-                for b in range(4)]
+            i3 + "; ".join(f"eb[U({a}) * ewp + j] = z" for a in range(4))]
+
+    def sums(k: int, ind: str) -> list[str]:  # k columns' rows combined, at literal offsets
+        # every load before the stores: numba's arrays carry no aliasing information, so
+        # the vectorizer may not move a load past a store into eb
+        lines = [ind + "jj = U(lo + j)"]
+        lines += [ind + "; ".join(f"d{r}_{m} = src{r}[b{r} + jj + U({m})]" for m in range(k))
+                  for r in range(4)]
+        for a in range(4):
+            lines.append(ind + "; ".join(
+                f"eb[U({a}) * ewp + jj + U({m})] = "
+                + comb[a].format(*(f"d{r}_{m}" for r in range(4))) for m in range(k)))
+        return lines
+
+    out += [i2 + "nj = hi - lo", i2 + "j = 0", i2 + "while j < nj:"]
+    out += _blocks(16, "nj", "j", sums, len(i3))
+    out += [i2 + base]
+
+    def tiles(k: int, ind: str) -> list[str]:  # k tiles' columns combined
+        lines = [ind + "jj = U(ja + 2 * q)"]
+        for a in range(4):
+            ind2 = ind
+            if rows:
+                lines.append(ind + f"if a0 <= {a} < a1:")
+                ind2 = ind + "    "
+            lines.append(ind2 + "; ".join(f"e{m} = eb[U({a}) * ewp + jj + U({m})]"
+                                          for m in range(2 * k + 2)))
+            for b in range(4):
+                lines.append(ind2 + "; ".join(
+                    dst.format(a=a, b=b, k=kk) + " = "
+                    + comb[b].format(*(f"e{2 * kk + m}" for m in range(4))) for kk in range(k)))
+        return lines
+
+    out += [i2 + "q = 0", i2 + "while q < ns:"]
+    out += _blocks(8, "ns", "q", tiles, len(i3))
     out.append(i1 + "t += ns")
     return out
 
@@ -428,7 +449,7 @@ def _wfwd_source(p: int, ob: int) -> str:
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U({a} * 4 + {b}) * vp + k]")
+    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U({a} * 4 + {b}) * vp + U(q + {k})]")
     out += [
         f"        for ob in range(0, o_, {ob}):",
         "            for p in range(16):",
@@ -514,7 +535,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U(({a} - a0) * 4 + {b}) * vp + k]",
+    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U(({a} - a0) * 4 + {b}) * vp + U(q + {k})]",
                     rows=True)
     out += [
         "        for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
