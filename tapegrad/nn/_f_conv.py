@@ -187,11 +187,16 @@ def _winograd(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) ->
     return conv_winograd
 
 
-# Channels summed over (C for the forward, O for the input gradient) from which 3x3 stride-1
-# layers run the fused Winograd kernel (conv_winograd.fused): forward on two threads against the
-# blocked kernels, alternating in one process: 128 -> 128 at 14x14 (batch 8) 1.43 against 2.61
-# ms (PyTorch 2.00), 64 -> 64 at 28x28 1.93 against 2.86 (2.11), mnist's 32 -> 64 at 26x26
-# (batch 64, no padding) 6.4 against 7.2 (7.3); 16 -> 32 at 8x8 0.27 against 0.27-0.39 (0.21).
+# Channels summed over (C for the forward and the weight gradient, O for the input gradient) from
+# which 3x3 stride-1 layers run the fused Winograd kernels (conv_winograd.fused*, generated in
+# conv_blocked: wfwd, wgradw). Forward / input gradient / weight gradient on two threads, ms,
+# against the paths they replace (blocked, Winograd through GEMMs) and PyTorch, alternating in
+# one process: 128 -> 128 at 14x14 (batch 8) 2.12 / 1.87 / 2.10 against 2.99 / 2.90 / 3.50
+# (PyTorch 2.31 / 2.39 / 2.51); 64 -> 64 at 28x28 1.70 / 1.66 / 1.93 against 3.28 / 3.30 / 4.55
+# (2.15 / 2.20 / 2.30); mnist's 32 -> 64 at 26x26 (batch 64, no padding) 6.3 / 7.6 / 8.7
+# against 7.6 / 13.0 / 13.2 (8.1 / 8.5 / 7.7); CLIP's 16 -> 32 at 8x8 (batch 128) 0.47 / 0.62 /
+# 0.67 against 0.52 / 0.62 / 1.52 (0.36 / 0.42 / 0.48). The direct kernels, tried first, keep
+# layers of up to DIRECT_MAX channel pairs (16 -> 16 at 32x32: 1.8 ms either way).
 FUSED_CHANNELS = 16
 
 
