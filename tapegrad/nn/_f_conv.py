@@ -211,10 +211,11 @@ def _fused(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
         return None
     o, c = wshape[:2]
     if weight_grad:
-        if c < FUSED_CHANNELS or c % 8 or o % 16 or not K.usable(*arrays):
-            return None
-    elif input_grad and (o < FUSED_CHANNELS or c % 16) or not input_grad and (
-            c < FUSED_CHANNELS or o % 16) or not K.usable(*arrays):
+        fits = c >= FUSED_CHANNELS and c % 8 == 0 and o % 16 == 0
+    else:
+        summed, made = (o, c) if input_grad else (c, o)
+        fits = summed >= FUSED_CHANNELS and made % 16 == 0
+    if not fits or not K.usable(*arrays):
         return None
     from .._kernels import conv_winograd  # noqa: PLC0415
 
