@@ -543,6 +543,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "    mp = U(tg * o_ + 16)",
         "    v = np.empty(npos * vp, df.dtype)",
         "    wf = np.empty(npos * mp, df.dtype)  # dM, read as the blocks' vectors",
+        "    gt = np.empty(4 * o_, df.dtype)",
         "    ewp = U(2 * tw + 18)",
         "    eb = np.empty(4 * (2 * tw + 18), df.dtype)",
         "    zr = np.zeros(w_, df.dtype)",
@@ -560,20 +561,35 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "            ox = 2 * (t % tw)",
         "            right = ox + 1 < wo",
         "            down = oy + 1 < ho",
-        "            for o in range(o_):",
-        "                gb = (s * o_ + o) * oplane + oy * wo + ox",
-        "                g00 = gf[gb]",
-        "                g01 = gf[gb + 1] if right else z",
-        "                g10 = gf[gb + wo] if down else z",
-        "                g11 = gf[gb + wo + 1] if right and down else z",
-        "                u0 = g00 + g01; u1 = g00 - g01; w0 = g10 + g11; w1 = g10 - g11",
-        "                mb = U(i * o_ + o)",
+        # the tile's four pixels of every channel into gt (zeros past the edges), then each
+        # row of dM in a loop along the channels, which LLVM vectorizes
+        "            gb = U((s * o_ * ho + oy) * wo + ox)",
+        "            if right and down:",
+        "                for o in range(ou):",
+        "                    go = gb + o * U(oplane)",
+        "                    gt[o] = gf[go]; gt[ou + o] = gf[go + U(1)]",
+        "                    gt[U(2) * ou + o] = gf[go + U(wo)]",
+        "                    gt[U(3) * ou + o] = gf[go + U(wo + 1)]",
+        "            else:",
+        "                for o in range(ou):",
+        "                    go = gb + o * U(oplane)",
+        "                    gt[o] = gf[go]",
+        "                    gt[ou + o] = gf[go + U(1)] if right else z",
+        "                    gt[U(2) * ou + o] = gf[go + U(wo)] if down else z",
+        "                    gt[U(3) * ou + o] = gf[go + U(wo + 1)] if right and down else z",
+        "            mb = U(i * o_)",
     ]
     rows = (("g00", "u0", "u1", "-g01"), ("g00 + g10", "u0 + w0", "u1 + w1", "-g01 - g11"),
             ("g00 - g10", "u0 - w0", "u1 - w1", "g11 - g01"), ("-g10", "-w0", "-w1", "g11"))
     for a, vals in enumerate(rows):
-        out.append(f"                if a0 <= {a} < a1:")
-        out += [f"                    wf[mb + U(({a} - a0) * 4 + {b}) * mp] = {e}"
+        out += [
+            f"            if a0 <= {a} < a1:",
+            "                for o in range(ou):",
+            "                    g00 = gt[o]; g01 = gt[ou + o]",
+            "                    g10 = gt[U(2) * ou + o]; g11 = gt[U(3) * ou + o]",
+            "                    u0 = g00 + g01; u1 = g00 - g01; w0 = g10 + g11; w1 = g10 - g11",
+        ]
+        out += [f"                    wf[mb + o + U(({a} - a0) * 4 + {b}) * mp] = {e}"
                 for b, e in enumerate(vals)]
     out += [
         "        for p in range(npos):",
