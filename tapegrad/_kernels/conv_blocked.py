@@ -9,6 +9,8 @@ over a sample's output pixels. The input gradient (``tgrad``, any stride) blocks
 ``sw`` apart in a row: they take the same taps from consecutive output-gradient pixels, so a
 strided layer's input gradient (a transposed convolution's forward) needs no zero-stuffing and
 does only the multiply-adds that count. The channels a kernel writes come in whole blocks.
+The same blocks serve Winograd F(2x2, 3x3) for 3x3 stride-1 layers (``wfwd``, ``wgradw``):
+the 16 products of a group of tiles summed over the channels, its transforms in cache.
 
 numba has no register arrays: an array of sums lives in memory, and the loop then does a load
 and a store per multiply-add (4-10 GFLOP/s measured). The kernels are therefore written out
@@ -338,9 +340,10 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
     """Winograd's input transform, ``B^T d B``, of a group's 4x4 input patches d (the group's
     tiles t0 .. t0 + nt of the batch), a row of tiles at a time: per channel, the rows' sums
     ``B^T d`` along the row's padded columns into eb (4 rows of ``ewp``), then the columns'
-    ``... B`` of each tile (its columns 2 tx .. 2 tx + 3), both loops vectorized along the row
-    (held tile by tile, all 16 values as scalars, the transform cost more than the products
-    on layers up to 64 channels). For tile k of the row (tile ia + k of the group) and
+    ``... B`` of each tile (its columns 2 tx .. 2 tx + 3): the sums in unrolled blocks of 16
+    columns, which LLVM vectorizes, the tiles in blocks of 8 (their columns two apart, left
+    scalar). Tile by tile, all 16 values as scalars, the transform cost as much as the
+    products on layers of 32-64 channels. For tile k of the row (tile ia + k of the group) and
     channel c, the 16 values go to ``dst`` (formatted with the position's row ``a`` and
     column ``b``; ``base`` runs first, per channel). Rows and columns past the input's edges
     read zeros (rows off the input read the zero row zr). With ``rows``, only the position
@@ -416,7 +419,7 @@ def _wfwd_source(p: int, ob: int) -> str:
     across the batch: sample, tile row, tile column) of y (m, O, Ho, Wo) <- x (m, C, H, W)
     (padding ``pt`` / ``pl`` read as zeros) by the transformed weights u (16, C, O) (``G w
     G^T``), plus b (O). A group's input patches are transformed into v (16, C, tg) (``B^T d
-    B``, scalar), the 16 products summed over C in blocks of ``p`` tiles x ``ob`` output
+    B``, ``_patches``), the 16 products summed over C in blocks of ``p`` tiles x ``ob`` output
     channels (a tile's values read at literal offsets, folded into the multiply-adds as
     broadcasts), ``ob`` channels at a time into m (16, tg, ob), then transformed to the tiles'
     pixels (``A^T M A``). Scratch: the group's v and m, in cache; no copies of x or y."""
@@ -436,7 +439,6 @@ def _wfwd_source(p: int, ob: int) -> str:
         "    cu = U(c_)",
         "    ou = U(o_)",
         "    tu = U(tg)",
-        "    wu = U(w_)",
         "    plane = h_ * w_",
         "    vp = U(c_ * tg + 16)  # from one of the 16 positions to the next: not a power of two",
         f"    mp = U(tg * {ob} + 16)",
@@ -668,7 +670,7 @@ def wfwd_par(x, u, b, y, pt, pl, tg, g0, g1):
 
 
 def wgradw_par(x, g, du, pt, pl, a0, a1, g0, g1):
-    for i in prange(2):  # rows 0, 1 and 2, 3 of the transform
+    for i in prange(2):  # rows 0, 1 and 2, 3 of the transform (a0, a1 as given are not used)
         wgradw(x, g, du, pt, pl, 2 * i, 2 * i + 2, g0, g1)
 """
 
@@ -713,8 +715,8 @@ _lock = threading.Lock()
 
 
 def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
-    """Kernel ``name`` ("fwd", "wgrad" or "tgrad", or their channel-first "fwdc", "wgradc",
-    "tgradc") compiled for ``dtype`` (on first use, each dtype apart: float64 is for tests and
+    """Kernel ``name`` ("fwd", "wgrad" or "tgrad", their channel-first "fwdc", "wgradc",
+    "tgradc", or the Winograd "wfwd" and "wgradw") compiled for ``dtype`` (on first use, each dtype apart: float64 is for tests and
     checks, and each compile takes seconds); with ``parallel``, its two-thread twin (which
     compiles the serial kernel first)."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)

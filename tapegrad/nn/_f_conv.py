@@ -191,11 +191,11 @@ def _winograd(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) ->
 # which 3x3 stride-1 layers run the fused Winograd kernels (conv_winograd.fused*, generated in
 # conv_blocked: wfwd, wgradw). Forward / input gradient / weight gradient on two threads, ms,
 # against the paths they replace (blocked, Winograd through GEMMs) and PyTorch, alternating in
-# one process: 128 -> 128 at 14x14 (batch 8) 2.12 / 1.87 / 2.10 against 2.99 / 2.90 / 3.50
-# (PyTorch 2.31 / 2.39 / 2.51); 64 -> 64 at 28x28 1.70 / 1.66 / 1.93 against 3.28 / 3.30 / 4.55
-# (2.15 / 2.20 / 2.30); mnist's 32 -> 64 at 26x26 (batch 64, no padding) 6.3 / 7.6 / 8.7
-# against 7.6 / 13.0 / 13.2 (8.1 / 8.5 / 7.7); CLIP's 16 -> 32 at 8x8 (batch 128) 0.47 / 0.62 /
-# 0.67 against 0.52 / 0.62 / 1.52 (0.36 / 0.42 / 0.48). The direct kernels, tried first, keep
+# one process: 128 -> 128 at 14x14 (batch 8) 1.50 / 1.37 / 1.58 against 2.58 / 2.54 / 2.68
+# (PyTorch 1.97 / 2.01 / 2.32); 64 -> 64 at 28x28 1.43 / 1.41 / 1.65 against 2.77 / 2.79 / 3.05
+# (2.06 / 2.14 / 2.26); mnist's 32 -> 64 at 26x26 (batch 64, no padding) 4.8 / 6.5 / 6.7
+# against 6.8 / 10.5 / 9.0 (6.8 / 7.4 / 7.7); CLIP's 16 -> 32 at 8x8 (batch 128) 0.37 / 0.44 /
+# 0.54 against 0.53 / 0.62 / 0.79 (0.37 / 0.41 / 0.45). The direct kernels, tried first, keep
 # layers of up to DIRECT_MAX channel pairs (16 -> 16 at 32x32: 1.8 ms either way).
 FUSED_CHANNELS = 16
 
