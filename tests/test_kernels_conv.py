@@ -378,16 +378,23 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
 
 
+def _strided_case(rng, c, o):
+    """A 3x3 padding-1 convolution of 3 samples of c channels at 9x8 to o channels whose input
+    (transposed, rows reversed), weights (rows reversed) and output gradient (transposed) are
+    all non-contiguous views, in float32."""
+    geom = _geom((3, c, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
+    x = rng.standard_normal((3, 8, 9, c)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
+    w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)[:, :, ::-1, :]
+    g = rng.standard_normal((3, o, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
+    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    return geom, x, w, g
+
+
 @numba_only
 def test_blocked_kernels_read_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
-    rng = np.random.default_rng(9)
-    geom = _geom((3, 16, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
-    x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
-    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)[:, :, ::-1, :]
-    g = rng.standard_normal((3, 32, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
-    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    geom, x, w, g = _strided_case(np.random.default_rng(9), 16, 32)
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
@@ -481,12 +488,7 @@ def test_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
-    rng = np.random.default_rng(6)
-    geom = _geom((3, 6, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
-    x = rng.standard_normal((3, 8, 9, 6)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
-    w = rng.standard_normal((7, 6, 3, 3)).astype(np.float32)[:, :, ::-1, :]
-    g = rng.standard_normal((3, 7, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
-    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    geom, x, w, g = _strided_case(np.random.default_rng(6), 6, 7)
     assert _f_conv._winograd(geom, 1, w.shape, x, w) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
@@ -552,12 +554,7 @@ def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
 def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    rng = np.random.default_rng(12)
-    geom = _geom((3, 16, 9, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
-    x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
-    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)[:, :, ::-1, :]
-    g = rng.standard_normal((3, 32, 8, 9)).astype(np.float32).transpose(0, 1, 3, 2)
-    assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
+    geom, x, w, g = _strided_case(np.random.default_rng(12), 16, 32)
     assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
