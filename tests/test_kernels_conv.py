@@ -467,19 +467,27 @@ def test_winograd_kernels_equal_the_numpy_reference(
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
 
 
+def _only_3x3_stride_1_single_group(select, geom, x, wshape):
+    """``select(geom, groups, wshape, x)`` (a path's rule) takes none of the layers that differ
+    from a 3x3, stride-1, undilated, single-group float32 layer it takes in one respect."""
+    o, c = wshape[:2]
+    assert select(geom, 1, wshape, x) is not None
+    assert select(geom, 2, (o, c // 2, 3, 3), x) is None  # groups
+    assert select(geom._replace(stride=(1, 2)), 1, wshape, x) is None
+    assert select(geom._replace(dilation=(2, 2)), 1, wshape, x) is None
+    five = _geom(x.shape, (5, 5), ((2, 2), (2, 2)), (1, 1))
+    assert select(five, 1, (o, c, 5, 5), x) is None
+    assert select(geom, 1, wshape, x.astype(np.float16)) is None
+
+
 @numba_only
 def test_winograd_takes_wide_3x3_stride_1_layers_only():
     x = np.zeros((2, 64, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
     assert _f_conv._winograd(geom, 1, (64, 64, 3, 3), x) is not None
     assert _f_conv._winograd(geom, 1, (32, 64, 3, 3), x) is None  # 32 output channels
-    assert _f_conv._winograd(geom, 2, (64, 32, 3, 3), x) is None  # groups
-    assert _f_conv._winograd(geom._replace(stride=(1, 2)), 1, (64, 64, 3, 3), x) is None
-    assert _f_conv._winograd(geom._replace(dilation=(2, 2)), 1, (64, 64, 3, 3), x) is None
     assert _f_conv._winograd(geom._replace(padding=((3, 3), (1, 1))), 1, (64, 64, 3, 3), x) is None
-    five = _geom(x.shape, (5, 5), ((2, 2), (2, 2)), (1, 1))
-    assert _f_conv._winograd(five, 1, (64, 64, 5, 5), x) is None
-    assert _f_conv._winograd(geom, 1, (64, 64, 3, 3), x.astype(np.float16)) is None
+    _only_3x3_stride_1_single_group(_f_conv._winograd, geom, x, (64, 64, 3, 3))
 
 
 @numba_only
@@ -542,12 +550,7 @@ def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
     assert _f_conv._fused(geom, 1, (16, 8, 3, 3), x, weight_grad=True) is None
     assert _f_conv._fused(geom, 1, (16, 20, 3, 3), x, weight_grad=True) is None
     assert _f_conv._fused(geom, 1, (24, 16, 3, 3), x, weight_grad=True) is None
-    assert _f_conv._fused(geom, 2, (64, 16, 3, 3), x) is None  # groups
-    assert _f_conv._fused(geom._replace(stride=(1, 2)), 1, (64, 32, 3, 3), x) is None
-    assert _f_conv._fused(geom._replace(dilation=(2, 2)), 1, (64, 32, 3, 3), x) is None
-    five = _geom(x.shape, (5, 5), ((2, 2), (2, 2)), (1, 1))
-    assert _f_conv._fused(five, 1, (64, 32, 5, 5), x) is None
-    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x.astype(np.float16)) is None
+    _only_3x3_stride_1_single_group(_f_conv._fused, geom, x, (64, 32, 3, 3))
 
 
 @numba_only
