@@ -458,11 +458,8 @@ def test_winograd_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
     monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
     rng = np.random.default_rng(5)
-    geom = _geom(shape, (3, 3), pad, (1, 1))
-    x = rng.standard_normal(shape).astype(dtype)
-    w = rng.standard_normal((o, shape[1], 3, 3)).astype(dtype)
+    geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
     b = rng.standard_normal(o).astype(dtype)
-    g = rng.standard_normal((shape[0], o, *geom.out_hw)).astype(dtype)
     assert _f_conv._winograd(geom, 1, w.shape, x, w, b) is not None
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
 
@@ -524,11 +521,8 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     rng = np.random.default_rng(11)
-    geom = _geom(shape, (3, 3), pad, (1, 1))
-    x = rng.standard_normal(shape).astype(dtype)
-    w = rng.standard_normal((o, shape[1], 3, 3)).astype(dtype)
+    geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
     b = rng.standard_normal(o).astype(dtype)
-    g = rng.standard_normal((shape[0], o, *geom.out_hw)).astype(dtype)
     assert _f_conv._fused(geom, 1, w.shape, x, w, b) is not None
     assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
     assert _f_conv._fused(geom, 1, w.shape, g, x, weight_grad=True) is not None
