@@ -236,6 +236,7 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
     ((5, 16, 12, 12), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # DCGAN's 4x4 s2 p1
     ((3, 3, 13, 11), 16, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 3 channels: the tail
     ((1, 32, 22, 23), 16, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # batch 1, partial blocks
+    ((1, 16, 12, 12), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # batch 1, channels-last
     ((2, 20, 9, 7), 48, (3, 2), (1, 1), ((2, 0), (1, 1)), (1, 1)),  # asymmetric padding
     ((2, 16, 11, 9), 32, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilation
     ((2, 8, 9, 10), 16, (3, 3), (2, 3), ((1, 1), (4, 4)), (1, 1)),  # padding past the kernel
@@ -262,16 +263,15 @@ def _conv_case(rng, shape, o, k, s, pad, d, dtype):
 @numba_only
 @pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), BLOCKED_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("budget", [1, 1 << 18])  # one sample per chunk; the default chunks
 @pytest.mark.parametrize("parallel", [False, True])  # the two-thread twins, on every call
 def test_blocked_conv_kernels_equal_the_numpy_reference(
-    monkeypatch, shape, o, k, s, pad, d, dtype, budget, parallel
+    monkeypatch, shape, o, k, s, pad, d, dtype, parallel
 ):
     from tapegrad._kernels import conv_blocked, conv_gemm  # noqa: PLC0415
 
+    # on two threads: odd batches split unevenly, a batch of one by rows (or weight blocks)
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
     monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)  # the blocked kernels, not Winograd
     rng = np.random.default_rng(8)
@@ -298,23 +298,21 @@ def test_blocked_passes_run_channel_first_on_unpadded_unit_stride_rows():
 
 
 @numba_only
-def test_blocked_chunks_count_the_copies_each_pass_makes():
-    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+@pytest.mark.parametrize("parallel", [False, True])
+def test_blocked_passes_on_an_empty_batch_return_empty_outputs_and_zero_weight_grads(
+    monkeypatch, parallel
+):
+    from tapegrad._kernels import conv_blocked, conv_gemm  # noqa: PLC0415
 
-    # DCGAN's 16 -> 32 4x4 stride 2: a padded channels-last input (34 x 34) for the forward,
-    # the output gradient in zeros every window reaches (18 x 18) for the input gradient, the
-    # input and the output gradient (16 x 16) for the weight gradient
-    geom = _f_conv.Geom((64, 16, 32, 32), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (16, 16))
-    assert conv_blocked.padded_hw(geom) == (34, 34)
-    assert conv_blocked.per_sample(geom, 16, 32, "forward") == 16 * 34 * 34
-    assert conv_blocked.per_sample(geom, 16, 32, "input_grad") == 32 * 18 * 18
-    assert conv_blocked.per_sample(geom, 16, 32, "weight_grad") == 16 * 34 * 34 + 32 * 16 * 16
-    per = _f_conv.BLOCKED_BUDGET // (16 * 34 * 34)
-    assert _f_conv._bl_chunks(conv_blocked, geom, (32, 16, 4, 4), "forward")[0] == (0, per)
-    # channel-first layers copy only the output gradient, for the weights
-    valid = _geom((2, 32, 26, 26), (3, 3), ((0, 0), (0, 0)), (1, 1))
-    assert conv_blocked.per_sample(valid, 32, 64, "forward") == 0
-    assert conv_blocked.per_sample(valid, 32, 64, "weight_grad") == 64 * 24 * 24
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
+    for pad in (((1, 1), (1, 1)), ((0, 0), (0, 0))):  # channels-last copies; channel-first
+        geom, x, w, g = _conv_case(np.random.default_rng(2), (0, 16, 12, 12), 32, (4, 4), (2, 2),
+                                   pad, (1, 1), np.float32)
+        assert conv_blocked.conv(x, w, None, geom).shape == g.shape
+        assert conv_blocked.input_grad(g, w, geom).shape == x.shape
+        dw = conv_blocked.weight_grad(g, x, geom, w.shape)
+        assert dw.shape == w.shape and not dw.any()
 
 
 @numba_only

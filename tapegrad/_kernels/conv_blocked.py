@@ -27,6 +27,18 @@ halves on numba's threads, exactly the serial result), used from ``PARALLEL_MIN`
 when numpy's BLAS shares numba's pool (``threads.active()``): alone the twins ran 2x faster,
 but beside OpenBLAS's own threads, which spin on the second core for about 0.1 s after each
 GEMM, a step ran 1.9-2.1x slower (docs/design.md).
+
+The passes that read channels-last copies (padded layers, strided rows, narrow inputs) run a
+sample at a time inside one compiled call (``fwds``, ``tgrads``, ``wgrads`` and the
+channel-first ``tgradcs``, ``wgradcs``): a sample is copied into a one-sample buffer and at once
+run through its kernel, while the copy is in cache; on two threads each takes half the batch
+with a buffer of its own (the weight gradient its own sums too, added at the end). Against the
+earlier chunks of the batch (copies within half the columns' budget, each chunk's copy and
+kernel a call on the two threads), DCGAN's layers at batch 64, forward / input gradient /
+weight gradient, ms: 3 -> 16 at 64x64 1.41 / - / 1.97 -> 0.83 / - / 0.83 (PyTorch 0.62 /
+- / 0.74), 16 -> 32 at 32x32 2.32 / 1.99 / 3.19 -> 1.52 / 1.56 / 1.62 (1.39 / 2.57 / 1.50),
+32 -> 64 at 16x16 1.72 / 1.57 / 2.27 -> 1.42 / 1.37 / 1.48 (1.19 / 1.73 / 1.31); the scratch
+is a sample's copy per thread, not a chunk's.
 Imported only when numba is selected.
 """
 
@@ -43,7 +55,7 @@ from numba import prange
 
 from .._backend import np
 from . import cache_dir, jit, numba
-from .conv_gemm import _most, _nhwc, _two, padded_hw
+from .conv_gemm import _nhwc, padded_hw
 
 U = np.uint64
 
@@ -618,7 +630,7 @@ def _source(p: int, pc: int, ob: int) -> str:
     return head + "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
          _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
-         _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE)
+         _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE, _SAMPLE_SOURCE)
     )
 
 
@@ -674,6 +686,94 @@ def wgradw_par(x, g, du, pt, pl, a0, a1, g0, g1):
         wgradw(x, g, du, pt, pl, 2 * i, 2 * i + 2, g0, g1)
 """
 
+# The passes on channels-last copies, a sample at a time: samples n0 .. n1, each copied into a
+# one-sample buffer (xt, gt: (1, ...) channels-last, or gp: (1, O, Hg, Wg) zeros around the
+# output gradient's place) and at once run through its kernel while the copy is in cache. Their
+# twins give each thread half the samples and its own buffer (the first axis of xt, gt, gp: 2);
+# the weight gradient's also its own sums (dwk (2 * kh, ...): the first thread's in its first
+# kh rows), added by the caller.
+_SAMPLE_SOURCE = """from numba import prange
+from tapegrad._kernels.conv_blocked import _pad_k
+from tapegrad._kernels.conv_gemm import _nhwc_k
+
+
+def fwds(x, wk, b, y, xt, sh, sw, dh, dw, pt, pl, n0, n1):
+    _, hp, wp, c_ = xt.shape
+    x5 = xt.reshape(1, 1, hp, wp, c_)
+    for n in range(n0, n1):
+        _nhwc_k(x[n:n + 1], x5, pt, pl, 0, 1)
+        fwd(xt, wk, b, y[n:n + 1], sh, sw, dh, dw, 0, y.shape[2])
+
+
+def tgrads(g, wk, xg, gt, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
+    _, hg, wg, o_ = gt.shape
+    g5 = gt.reshape(1, 1, hg, wg, o_)
+    for n in range(n0, n1):
+        _nhwc_k(g[n:n + 1], g5, ot, ol, 0, 1)
+        tgrad(gt, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, 0, xg.shape[2])
+
+
+def tgradcs(g, wk, xg, gp, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
+    for n in range(n0, n1):  # gp's zeros around g's place stay zeros from sample to sample
+        _pad_k(g[n:n + 1], gp, ot, ol, 0, gp.shape[1])
+        tgradc(gp, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, 0, xg.shape[2])
+
+
+def wgrads(x, g, dwk, xt, gt, sh, sw, dh, dw, pt, pl, nb, n0, n1):
+    _, hp, wp, c_ = xt.shape
+    _, ho, wo, o_ = gt.shape
+    x5 = xt.reshape(1, 1, hp, wp, c_)
+    g5 = gt.reshape(1, 1, ho, wo, o_)
+    for n in range(n0, n1):
+        _nhwc_k(x[n:n + 1], x5, pt, pl, 0, 1)
+        _nhwc_k(g[n:n + 1], g5, 0, 0, 0, 1)
+        wgrad(xt, gt, dwk, sh, sw, dh, dw, 0, nb)
+
+
+def wgradcs(x, g, dwk, gt, sh, sw, dh, dw, nb, n0, n1):
+    _, ho, wo, o_ = gt.shape
+    g5 = gt.reshape(1, 1, ho, wo, o_)
+    for n in range(n0, n1):
+        _nhwc_k(g[n:n + 1], g5, 0, 0, 0, 1)
+        wgradc(x[n:n + 1], gt, dwk, sh, sw, dh, dw, 0, nb)
+
+
+def fwds_par(x, wk, b, y, xt, sh, sw, dh, dw, pt, pl, n0, n1):
+    h = (n1 - n0) // 2
+    for i in prange(2):
+        fwds(x, wk, b, y, xt[i:i + 1], sh, sw, dh, dw, pt, pl, n0 + i * h, n1 if i else n0 + h)
+
+
+def tgrads_par(g, wk, xg, gt, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
+    h = (n1 - n0) // 2
+    for i in prange(2):
+        tgrads(g, wk, xg, gt[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + i * h,
+               n1 if i else n0 + h)
+
+
+def tgradcs_par(g, wk, xg, gp, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
+    h = (n1 - n0) // 2
+    for i in prange(2):
+        tgradcs(g, wk, xg, gp[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + i * h,
+                n1 if i else n0 + h)
+
+
+def wgrads_par(x, g, dwk, xt, gt, sh, sw, dh, dw, pt, pl, nb, n0, n1):
+    h = (n1 - n0) // 2
+    kh = dwk.shape[0] // 2
+    for i in prange(2):
+        wgrads(x, g, dwk[i * kh:(i + 1) * kh], xt[i:i + 1], gt[i:i + 1], sh, sw, dh, dw, pt, pl,
+               nb, n0 + i * h, n1 if i else n0 + h)
+
+
+def wgradcs_par(x, g, dwk, gt, sh, sw, dh, dw, nb, n0, n1):
+    h = (n1 - n0) // 2
+    kh = dwk.shape[0] // 2
+    for i in prange(2):
+        wgradcs(x, g, dwk[i * kh:(i + 1) * kh], gt[i:i + 1], sh, sw, dh, dw, nb, n0 + i * h,
+                n1 if i else n0 + h)
+"""
+
 
 def _module(p: int, pc: int, ob: int) -> Any:
     """The generated kernels, written once into the cache folder (atomically, as several
@@ -713,38 +813,45 @@ def _write(where: str, base: str, src: str) -> str:
 _KERNELS: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 
+# Each kernel's arguments: its arrays ("t": 4-d, "v": 1-d, "w": 3-d, of the element type,
+# C-contiguous) and how many integers follow them.
+_ARGS = {
+    "fwd": ("ttvt", 6), "fwdc": ("ttvt", 6), "wgrad": ("ttt", 6), "wgradc": ("ttt", 6),
+    "tgrad": ("ttt", 10), "tgradc": ("ttt", 10), "wfwd": ("twvt", 5), "wgradw": ("ttw", 6),
+    "fwds": ("ttvtt", 8), "tgrads": ("tttt", 10), "tgradcs": ("tttt", 10),
+    "wgrads": ("ttttt", 9), "wgradcs": ("tttt", 7),
+}
+# The kernel each one calls by its global name: a twin its serial kernel, a sample-at-a-time
+# pass the kernel it runs on each sample.
+_CALLS = {"fwds": "fwd", "tgrads": "tgrad", "tgradcs": "tgradc", "wgrads": "wgrad",
+          "wgradcs": "wgradc"}
+
 
 def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
-    """Kernel ``name`` ("fwd", "wgrad" or "tgrad", their channel-first "fwdc", "wgradc",
-    "tgradc", or the Winograd "wfwd" and "wgradw") compiled for ``dtype`` (on first use, each dtype apart: float64 is for tests and
-    checks, and each compile takes seconds); with ``parallel``, its two-thread twin (which
-    compiles the serial kernel first)."""
+    """Kernel ``name`` (a key of ``_ARGS``) compiled for ``dtype`` (on first use, each dtype
+    apart: float64 is for tests and checks, and each compile takes seconds); with
+    ``parallel``, its two-thread twin (which compiles the serial kernel first)."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
         return k
-    serial = None if not parallel else _kernel(name, dtype)
+    callee = name if parallel else _CALLS.get(name)
+    called = None if callee is None else _kernel(callee, dtype)
     with _lock:
         if key not in _KERNELS:
             nb = numba()
             assert nb is not None
             mod = _module(P, PC, OB)
             e = {"f": "f4", "d": "f8"}[key[1]]
-            t = e + "[:, :, :, ::1]"
+            kinds = {"t": e + "[:, :, :, ::1]", "v": e + "[::1]", "w": e + "[:, :, ::1]"}
+            arrays, ints = _ARGS[name]
+            sig = f"void({', '.join(kinds[a] for a in arrays)}{', int64' * ints})"
             cfg = nb.core.config
             old = cfg.SLP_VECTORIZE
             cfg.SLP_VECTORIZE = 1  # for these kernels only: it packs the scalar sums in vectors
             try:
-                ints = ", int64" * {"tgrad": 10, "wfwd": 5, "wgradw": 6}.get(name.rstrip("c"), 6)
-                # the forwards take the bias, a vector, between the weights and the output
-                arrays = f"{t}, {t}, {e}[::1], {t}" if name.startswith("fwd") else f"{t}, {t}, {t}"
-                if name == "wfwd":  # the transformed weights are (16, C, O)
-                    arrays = f"{t}, {e}[:, :, ::1], {e}[::1], {t}"
-                if name == "wgradw":  # x, g; their sums in the transformed weights
-                    arrays = f"{t}, {t}, {e}[:, :, ::1]"
-                sig = f"void({arrays}{ints})"
-                if serial is not None:  # the twin calls the compiled kernel by its global name
-                    setattr(mod, name, serial)
+                if callee is not None:  # resolved by its global name when this one compiles
+                    setattr(mod, callee, called)
                 _KERNELS[key] = jit(
                     parallel=parallel, fastmath={"contract"}, signatures=[sig]
                 )(getattr(getattr(mod, key[0]), "py_func", getattr(mod, key[0])))
@@ -808,20 +915,6 @@ def takes_input_grad(groups: int, c: int, o: int, taps: int, macs: int, row: int
     return takes(groups, o, c, taps, macs, row)
 
 
-def per_sample(geom: Any, c: int, o: int, kind: str) -> int:
-    """Scratch elements per sample of a chunk of pass ``kind`` ("forward", "input_grad" or
-    "weight_grad"): the channels-last copies it makes (the outputs are written in place)."""
-    _, _, h, w = geom.in_shape
-    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
-    if kind == "input_grad":
-        hg = _reach(h, ho, kh, sh, dh, geom.padding[0][0])[1]
-        wg = _reach(w, wo, kw, sw, dw, geom.padding[1][0])[1]
-        return o * hg * wg
-    hp, wp = padded_hw(geom)
-    x = 0 if channel_first(geom, c) else c * hp * wp
-    return x if kind == "forward" else x + o * ho * wo
-
-
 def channel_first(geom: Any, c: int) -> bool:
     """Whether the three passes run on the channel-first arrays as they are (``fwdc``,
     ``tgradc``, ``wgradc``) rather than on channels-last copies: convolutions without padding
@@ -860,10 +953,17 @@ def _pad_par(a, out, top, left):  # type: ignore[no-untyped-def]
         _pad_k(a, out, top, left, i * half, n if i else half)
 
 
-def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
-    """The input gradient of ``conv`` (any stride): ``tgrad`` on ``g``'s chunks, each placed
-    in zeros that every window reaches, channel-first when ``channel_first`` holds, else
-    copied channels-last."""
+def _on_two(macs: int) -> bool:
+    """Whether a pass of ``macs`` multiply-adds runs on two threads."""
+    from . import threads  # noqa: PLC0415
+
+    return threads.worth(macs, PARALLEL_MIN)
+
+
+def input_grad(g: Any, w: Any, geom: Any) -> Any:
+    """The input gradient of ``conv`` (any stride): ``tgrad`` on ``g`` a sample at a time, each
+    placed in zeros that every window reaches, channel-first when ``channel_first`` holds, else
+    copied channels-last (a single sample: its rows on the two threads)."""
     o, c, kh, kw = w.shape
     (sh, sw), (dh, dw) = geom.stride, geom.dilation
     n, _, h, wd = geom.in_shape
@@ -875,29 +975,31 @@ def input_grad(g: Any, w: Any, geom: Any, chunks: Any) -> Any:
     wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 0, 1))  # (kh, kw, O, C)
     out = np.empty((n, c, h, wd), dtype=dt)
     gc = np.ascontiguousarray(g, dtype=dt)
-    most = _most(chunks)
     first = channel_first(geom, c)
-    tgrad = _pick("tgradc" if first else "tgrad", dt, most * h * wd * c * o * kh * kw // (sh * sw))
-    gt_buf = np.zeros(most * o * hg * wg, dtype=dt) if first else np.empty(most * o * hg * wg, dtype=dt)
-    for a, z in chunks:
-        m = z - a
-        if first:  # the zeros around g's place stay zeros from chunk to chunk
-            gp = gt_buf[: m * o * hg * wg].reshape(m, o, hg, wg)
-            if _two(m, gp.size):
-                _pad_par(gc[a:z], gp, ot, ol)
-            else:
-                _pad_k(gc[a:z], gp, ot, ol, 0, m * o)
-            tgrad(gp, wk, out[a:z], sh, sw, dh, dw, pt, pl, ot, ol, 0, m * h)
-            continue
-        gt = gt_buf[: m * o * hg * wg].reshape(m, 1, hg, wg, o)
-        _nhwc(gc[a:z], gt, ot, ol)
-        tgrad(gt.reshape(m, hg, wg, o), wk, out[a:z], sh, sw, dh, dw, pt, pl, ot, ol, 0, m * h)
+    two = _on_two(n * h * wd * c * o * kh * kw // (sh * sw))
+    halves = two and n > 1
+    args = (sh, sw, dh, dw, pt, pl, ot, ol)
+    if first:  # the zeros around g's place stay zeros from sample to sample
+        gp = np.zeros((1 + halves, o, hg, wg), dtype=dt)
+        if n == 1 and two:
+            _pad_k(gc, gp, ot, ol, 0, o)
+            _kernel("tgradc", dt, True)(gp, wk, out, *args, 0, h)
+        else:
+            _kernel("tgradcs", dt, halves)(gc, wk, out, gp, *args, 0, n)
+        return out
+    gt = np.empty((1 + halves, hg, wg, o), dtype=dt)
+    if n == 1 and two:
+        _nhwc(gc, gt.reshape(1, 1, hg, wg, o), ot, ol)
+        _kernel("tgrad", dt, True)(gt, wk, out, *args, 0, h)
+    else:
+        _kernel("tgrads", dt, halves)(gc, wk, out, gt, *args, 0, n)
     return out
 
 
-def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
+def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
     """conv2d of (N, C, H, W) ``x`` by (O, C, kh, kw) ``w`` (+ ``b``): in one call on ``x`` as
-    it is when ``channel_first`` holds, else chunk by chunk on channels-last copies."""
+    it is when ``channel_first`` holds, else a sample at a time on channels-last copies (a
+    single sample: its rows on the two threads)."""
     n, c = x.shape[:2]
     o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
@@ -906,21 +1008,21 @@ def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
     bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
     out = np.empty((n, o, ho, wo), dtype=dt)
     xc = np.ascontiguousarray(x)
-    macs = ho * wo * o * c * w.shape[2] * w.shape[3]  # a sample's
+    macs = n * ho * wo * o * c * w.shape[2] * w.shape[3]
     if channel_first(geom, c):
-        _pick("fwdc", dt, n * macs)(xc, wk, bb, out, sh, sw, dh, dw, 0, n * ho)
+        _pick("fwdc", dt, macs)(xc, wk, bb, out, sh, sw, dh, dw, 0, n * ho)
         return out
     hp, wp = padded_hw(geom)
     pt, pl = geom.padding[0][0], geom.padding[1][0]
     wk = _fold(wk, dw)
-    most = _most(chunks)
-    fwd = _pick("fwd", dt, most * macs)
-    xt_buf = np.empty(most * c * hp * wp, dtype=dt)
-    for a, z in chunks:
-        m = z - a
-        xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
-        _nhwc(xc[a:z], xt, pt, pl)
-        fwd(xt.reshape(m, hp, wp, c), wk, bb, out[a:z], sh, sw, dh, dw, 0, m * ho)
+    two = _on_two(macs)
+    halves = two and n > 1
+    xt = np.empty((1 + halves, hp, wp, c), dtype=dt)
+    if n == 1 and two:
+        _nhwc(xc, xt.reshape(1, 1, hp, wp, c), pt, pl)
+        _kernel("fwd", dt, True)(xt, wk, bb, out, sh, sw, dh, dw, 0, ho)
+    else:
+        _kernel("fwds", dt, halves)(xc, wk, bb, out, xt, sh, sw, dh, dw, pt, pl, 0, n)
     return out
 
 
@@ -940,37 +1042,37 @@ def _reach(size: int, out: int, k: int, s: int, d: int, pad: int) -> tuple[int, 
     return off, off + max(out, (size - 1 + pad) // s + 1)
 
 
-def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
-    """The weight gradient of ``conv``, summed over the chunks in (kh, kw, C, O) order: the
-    output gradient copied channels-last, the input too unless ``channel_first`` holds."""
+def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
+    """The weight gradient of ``conv`` in (kh, kw, C, O) order, a sample at a time: the output
+    gradient copied channels-last, the input too unless ``channel_first`` holds. On two threads
+    each sums half the samples (a single sample: half the blocks of the sums)."""
     n, c = x.shape[:2]
     o, _, kh, kw = wshape
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
     hp, wp = padded_hw(geom)
     pt, pl = geom.padding[0][0], geom.padding[1][0]
     dt = x.dtype
-    most = _most(chunks)
     first = channel_first(geom, c)
-    xt_buf = None if first else np.empty(most * c * hp * wp, dtype=dt)
-    gt_buf = np.empty(most * ho * wo * o, dtype=dt)
-    dwk = np.zeros((kh, kw, c, o), dtype=dt)
+    two = _on_two(n * ho * wo * o * c * kh * kw)
+    halves = two and n > 1
+    dwk = np.zeros(((1 + halves) * kh, kw, c, o), dtype=dt)
+    dwf = dwk if first else _fold(dwk, dw)  # a view: the kernel's sums land in dwk
+    blocks = kh * dwf.shape[1] * -(-dwf.shape[2] // PC) * (o // OB)  # the kernel's count
     xc = np.ascontiguousarray(x)
     gc = np.ascontiguousarray(g, dtype=dt)
-    wgrad = _pick("wgradc" if first else "wgrad", dt, most * ho * wo * o * c * kh * kw)
-    dwf = dwk if first else _fold(dwk, dw)  # a view: the kernel's sums land in dwk
-    blocks = dwf.shape[0] * dwf.shape[1] * -(-dwf.shape[2] // PC) * (o // OB)  # the kernel's count
-    xt = gt = None
-    for a, z in chunks:
-        m = z - a
-        gt = gt_buf[: m * ho * wo * o].reshape(m, 1, ho, wo, o)
-        _nhwc(gc[a:z], gt, 0, 0)
-        if first:
-            xt = xc[a:z]
-        else:
-            assert xt_buf is not None
-            xt = xt_buf[: m * c * hp * wp].reshape(m, 1, hp, wp, c)
-            _nhwc(xc[a:z], xt, pt, pl)
-            xt = xt.reshape(m, hp, wp, c)
-        wgrad(xt, gt.reshape(m, ho, wo, o), dwf, sh, sw, dh, dw, 0, blocks)
-    del xt_buf, gt_buf, xt, gt  # freed before the copy below: a backward's peak is here
+    gt = np.empty((1 + halves, ho, wo, o), dtype=dt)
+    xt = None if first else np.empty((1 + halves, hp, wp, c), dtype=dt)
+    if n == 1 and two:
+        _nhwc(gc, gt.reshape(1, 1, ho, wo, o), 0, 0)
+        if xt is not None:
+            _nhwc(xc, xt.reshape(1, 1, hp, wp, c), pt, pl)
+        _kernel("wgradc" if first else "wgrad", dt, True)(
+            xc if xt is None else xt, gt, dwf, sh, sw, dh, dw, 0, blocks)
+    elif xt is None:
+        _kernel("wgradcs", dt, halves)(xc, gc, dwf, gt, sh, sw, dh, dw, blocks, 0, n)
+    else:
+        _kernel("wgrads", dt, halves)(xc, gc, dwf, xt, gt, sh, sw, dh, dw, pt, pl, blocks, 0, n)
+    del xt, gt  # freed before the sums below: a backward's peak is here
+    if halves:
+        dwk = np.add(dwk[:kh], dwk[kh:])
     return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)

@@ -260,20 +260,6 @@ def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
     return cb if take(groups, wshape[1], wshape[0], wshape[2] * wshape[3], macs, row) else None
 
 
-# Elements of channels-last copies per chunk of the blocked paths. Counted with their outputs
-# (before those were written in place) the chunks held 1-3 samples of DCGAN's 64-pixel-wide
-# layers; counted as they are now, at half the columns' budget, 3-10: forward / input gradient
-# of its 32 -> 16 transposed layer 3.6 / 2.1 -> 2.3 / 2.0 ms, its 3 -> 16 first layer forward
-# 1.8 -> 1.3 (the whole budget: 1.7 / 1.7 and 0.9, but the copies of (i)'s stride-2 layer
-# would grow from 0.3 to 0.9 MB, within a step whose peak is about PyTorch's).
-BLOCKED_BUDGET = COLS_BUDGET // 2
-
-
-def _bl_chunks(bl: Any, geom: Geom, wshape: tuple[int, ...], kind: str) -> list[tuple[int, int]]:
-    """The blocked pass ``kind``'s chunks: its channels-last copies within BLOCKED_BUDGET."""
-    return _chunks(geom, 0, bl.per_sample(geom, wshape[1], wshape[0], kind), budget=BLOCKED_BUDGET)
-
-
 PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
 
 
@@ -322,7 +308,7 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
         return fw.fused_conv(x, w, b, geom)
     bl = _blocked(geom, groups, w.shape, x, w, b, forward=True)
     if bl is not None:
-        return bl.conv(x, w, b, geom, _bl_chunks(bl, geom, w.shape, "forward"))
+        return bl.conv(x, w, b, geom)
     wg = _winograd(geom, groups, w.shape, x, w, b)
     if wg is not None:
         return wg.conv(x, w, b, geom, _wino_chunks(wg, geom, w.shape))
@@ -369,7 +355,7 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
         return fw.fused_input_grad(g, w, geom)
     bl = _blocked(geom, groups, w.shape, g, w, input_grad=True)
     if bl is not None:
-        return bl.input_grad(g, w, geom, _bl_chunks(bl, geom, w.shape, "input_grad"))
+        return bl.input_grad(g, w, geom)
     wg = _winograd(geom, groups, w.shape, g, w)
     if wg is not None:
         return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
@@ -396,7 +382,7 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
         return fw.fused_weight_grad(g, x, geom, wshape)
     bl = _blocked(geom, groups, wshape, g, x)
     if bl is not None:
-        return bl.weight_grad(g, x, geom, wshape, _bl_chunks(bl, geom, wshape, "weight_grad"))
+        return bl.weight_grad(g, x, geom, wshape)
     wg = _winograd(geom, groups, wshape, g, x)
     if wg is not None:
         return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
