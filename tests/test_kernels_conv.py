@@ -241,6 +241,7 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
     ((2, 16, 11, 9), 32, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilation
     ((2, 8, 9, 10), 16, (3, 3), (2, 3), ((1, 1), (4, 4)), (1, 1)),  # padding past the kernel
     ((3, 32, 7, 7), 16, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1)),  # 1x1 s2, a 4-pixel row
+    ((3, 16, 11, 8), 32, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 5 rows of 4: in pairs
     ((2, 16, 3, 4), 16, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # rows under a block
     ((2, 32, 5, 6), 16, (4, 3), (3, 2), ((2, 1), (0, 2)), (2, 1)),  # strides and dilation
     # no padding, unit column stride, 16+ channels: channel-first (conv_blocked.channel_first)
@@ -360,8 +361,11 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
-    short = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
+    short = geom._replace(out_hw=(geom.out_hw[0], 3), in_shape=(n, c, h, 5))
     assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
+    # rows of half a block (or more): the forward's blocks take two
+    half = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
+    assert _f_conv._blocked(half, 1, w.shape, x, w, forward=True) is not None
     # the weight gradient keeps short rows below SHORT_ROWS_CHANNELS input channels
     assert _f_conv._blocked(short, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(short, 1, (o, 256, *k), x, w) is None

@@ -82,12 +82,14 @@ def _sums(prefix: str, rows: int, cols: int, value: str) -> list[str]:
     return ["; ".join(f"{prefix}{r}_{j} = {value}" for j in range(cols)) for r in range(rows)]
 
 
-def _step(k: int, ob: int, ind: str, wc: str, x: str) -> list[str]:
+def _step(k: int, ob: int, ind: str, wc: str, x: str, per: int = 0) -> list[str]:
     """One step of the reduction: ``ob`` weights from ``wc`` on, then for each of ``k`` pixels
-    its input ``x`` (formatted with the pixel ``i``) times the weights into its sums."""
+    its input ``x`` (formatted with the pixel ``i``, and for blocks of rows of ``per`` pixels
+    its row ``r`` and column ``q``) times the weights into its sums."""
     lines = [ind + wc, ind + "; ".join(f"w{j} = wf[wc + U({j})]" for j in range(ob))]
+    per = per or k
     for i in range(k):
-        lines.append(ind + f"x{i} = " + x.format(i=i))
+        lines.append(ind + f"x{i} = " + x.format(i=i, r=i // per, q=i % per))
         lines.append(ind + "; ".join(f"a{i}_{j} += x{i} * w{j}" for j in range(ob)))
     return lines
 
@@ -149,15 +151,21 @@ def _fwd_source(p: int, ob: int) -> str:
         "    oplane = U(ho * wo)",
         f"    tmp = np.empty({p * ob}, yf.dtype)",
         "    ps = U(sw * c_)  # from one output pixel's window to the next's",
-        "    for r in range(r0, r1):",
-        "        n = r // ho",
-        "        oy = r % ho",
-        f"        for ob in range(0, o_, {ob}):",
-        "            ox = 0",
-        "            while ox < wo:",
+        "    rs = U(sh * wp * c_)  # from one output row's windows to the next's",
+        f"    pair = wo == {p // 2}  # rows of half a block: a block takes two (adjacent in y)",
+        # the output channels' blocks outside the rows: a block's weights (kh * kw * C vectors)
+        # stay in cache over the rows, read from memory once a call rather than once a row
+        f"    for ob in range(0, o_, {ob}):",
+        "        r = r0",
+        "        while r < r1:",
+        "            n = r // ho",
+        "            oy = r % ho",
+        "            two = pair and r + 1 < r1 and oy + 1 < ho",
+        "            if two:",
+        "                ox = 0",
     ]
 
-    def block(k: int, ind: str) -> list[str]:
+    def block(k: int, ind: str, rows: int = 1) -> list[str]:
         lines = [ind + s for s in _sums("a", k, ob, "z")]
         lines += [
             ind + "for ky in range(kh):",
@@ -166,11 +174,16 @@ def _fwd_source(p: int, ob: int) -> str:
             ind + "        wb = U((ky * kw + kx) * cr * o_ + ob)",
             ind + "        for c in range(cu):",
         ]
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + c * ou", "xf[xb + U({i}) * ps + c]")
+        # pixel i of the block: row i // per of its rows, column i % per
+        x = "xf[xb + U({i}) * ps + c]" if rows == 1 else "xf[xb + U({r}) * rs + U({q}) * ps + c]"
+        lines += _step(k, ob, ind + " " * 12, "wc = wb + c * ou", x, per=k // rows)
         lines.append(ind + "base = U(((n * o_ + ob) * ho + oy) * wo + ox)")
         return lines + _through(k, ob, ind, "yf", "oplane", "U(1)", "b[ob + {j}]")
 
-    out += _blocks(p, "wo", "ox", block, 16)
+    out += block(p, " " * 16, rows=2)
+    out += ["            else:", "                ox = 0", "                while ox < wo:"]
+    out += _blocks(p, "wo", "ox", block, 20)
+    out.append("            r += 2 if two else 1")
     return "\n".join(out) + "\n"
 
 
