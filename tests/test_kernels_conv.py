@@ -363,9 +363,10 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
     short = geom._replace(out_hw=(geom.out_hw[0], 3), in_shape=(n, c, h, 5))
     assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
-    # rows of half a block (or more): the forward's blocks take two
+    # rows of half a block (or more): the forward's blocks take two, below SHORT_ROWS_CHANNELS
     half = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
     assert _f_conv._blocked(half, 1, w.shape, x, w, forward=True) is not None
+    assert _f_conv._blocked(half, 1, (o, 256, *k), x, w, forward=True) is None
     # the weight gradient keeps short rows below SHORT_ROWS_CHANNELS input channels
     assert _f_conv._blocked(short, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(short, 1, (o, 256, *k), x, w) is None

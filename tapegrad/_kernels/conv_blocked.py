@@ -153,14 +153,12 @@ def _fwd_source(p: int, ob: int) -> str:
         "    ps = U(sw * c_)  # from one output pixel's window to the next's",
         "    rs = U(sh * wp * c_)  # from one output row's windows to the next's",
         f"    pair = wo == {p // 2}  # rows of half a block: a block takes two (adjacent in y)",
-        # the output channels' blocks outside the rows: a block's weights (kh * kw * C vectors)
-        # stay in cache over the rows, read from memory once a call rather than once a row
-        f"    for ob in range(0, o_, {ob}):",
-        "        r = r0",
-        "        while r < r1:",
-        "            n = r // ho",
-        "            oy = r % ho",
-        "            two = pair and r + 1 < r1 and oy + 1 < ho",
+        "    r = r0",
+        "    while r < r1:",
+        "        n = r // ho",
+        "        oy = r % ho",
+        "        two = pair and r + 1 < r1 and oy + 1 < ho",
+        f"        for ob in range(0, o_, {ob}):",
         "            if two:",
         "                ox = 0",
     ]
@@ -183,7 +181,7 @@ def _fwd_source(p: int, ob: int) -> str:
     out += block(p, " " * 16, rows=2)
     out += ["            else:", "                ox = 0", "                while ox < wo:"]
     out += _blocks(p, "wo", "ox", block, 20)
-    out.append("            r += 2 if two else 1")
+    out.append("        r += 2 if two else 1")
     return "\n".join(out) + "\n"
 
 

@@ -257,8 +257,8 @@ def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
         row = geom.in_shape[3] // (geom.stride[1] if wide else 1)
     else:
         row = geom.out_hw[1] if forward or wide else cb.P
-        if forward and 2 * row == cb.P and geom.out_hw[0] > 1 and not cb.channel_first(
-                geom, wshape[1]):
+        if (forward and 2 * row == cb.P and geom.out_hw[0] > 1 and not wide
+                and not cb.channel_first(geom, wshape[1])):
             row = cb.P  # the channels-last forward's blocks take two rows of half a block
     return cb if take(groups, wshape[1], wshape[0], wshape[2] * wshape[3], macs, row) else None
 
