@@ -51,8 +51,6 @@ import tempfile
 import threading
 from typing import Any
 
-from numba import prange
-
 from .._backend import np
 from . import cache_dir, jit, numba
 from .conv_gemm import _nhwc, padded_hw
@@ -954,14 +952,6 @@ def _pad_k(a, out, top, left, p0, p1):  # type: ignore[no-untyped-def]
             dst = U((p * rows + top + r) * cols + left)
             for q in range(U(w_)):
                 of[dst + q] = af[src + q]
-
-
-@jit(parallel=True)
-def _pad_par(a, out, top, left):  # type: ignore[no-untyped-def]
-    n = out.shape[0] * out.shape[1]
-    half = n // 2
-    for i in prange(2):
-        _pad_k(a, out, top, left, i * half, n if i else half)
 
 
 def _on_two(macs: int) -> bool:
