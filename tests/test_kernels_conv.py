@@ -317,6 +317,25 @@ def test_blocked_passes_on_an_empty_batch_return_empty_outputs_and_zero_weight_g
 
 
 @numba_only
+def test_generated_blocked_module_is_imported_once_on_a_helper_thread():
+    import threading  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked  # noqa: PLC0415
+
+    mod = conv_blocked._module(conv_blocked.P, conv_blocked.PC, conv_blocked.OB)
+    assert conv_blocked._module(conv_blocked.P, conv_blocked.PC, conv_blocked.OB) is mod
+    seen = []
+    assert conv_blocked._aside(lambda a: seen.append(threading.current_thread()) or a, 7) == 7
+    assert seen and seen[0] is not threading.current_thread()
+
+    def fails():
+        raise ValueError("from the helper")
+
+    with pytest.raises(ValueError, match="from the helper"):
+        conv_blocked._aside(fails)
+
+
+@numba_only
 def test_blocked_takes_narrow_single_group_layers(monkeypatch):
     from tapegrad._kernels import conv_blocked  # noqa: PLC0415
 
