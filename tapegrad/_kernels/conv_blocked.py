@@ -913,11 +913,16 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
 PARALLEL_MIN = 1 << 22
 
 
-def _pick(name: str, dtype: Any, macs: int) -> Any:
-    """The serial kernel, or its two-thread twin when the call is large and the pool is shared."""
+def _on_two(macs: int) -> bool:
+    """Whether a call of ``macs`` multiply-adds runs on two threads: large, the pool shared."""
     from . import threads  # noqa: PLC0415
 
-    return _kernel(name, dtype, parallel=threads.worth(macs, PARALLEL_MIN))
+    return threads.worth(macs, PARALLEL_MIN)
+
+
+def _pick(name: str, dtype: Any, macs: int) -> Any:
+    """The serial kernel, or its two-thread twin when the call runs on two threads."""
+    return _kernel(name, dtype, parallel=_on_two(macs))
 
 
 # Channels summed over (C for the forward and weight gradient, O for the input gradient) below
@@ -991,13 +996,6 @@ def _pad_k(a, out, top, left, p0, p1):  # type: ignore[no-untyped-def]
             dst = U((p * rows + top + r) * cols + left)
             for q in range(U(w_)):
                 of[dst + q] = af[src + q]
-
-
-def _on_two(macs: int) -> bool:
-    """Whether a pass of ``macs`` multiply-adds runs on two threads."""
-    from . import threads  # noqa: PLC0415
-
-    return threads.worth(macs, PARALLEL_MIN)
 
 
 def input_grad(g: Any, w: Any, geom: Any) -> Any:
