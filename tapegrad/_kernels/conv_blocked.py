@@ -821,11 +821,15 @@ def _module(p: int, pc: int, ob: int) -> Any:
     """The generated kernels, written once into the cache folder (atomically, as several
     processes may start at once) and imported from there, so numba caches them; into a
     temporary folder, compiled afresh each process, when the cache folder cannot be written.
-    Imported once a process (its source is large: each import kept a copy of every function
-    alive, 0.7 MB each, behind the kernels compiled from it)."""
+    Imported once a process, on a helper thread (``_aside``; its source is large: each import
+    kept a copy of every function alive, 0.7 MB each, behind the kernels compiled from it)."""
     mod = _MODULES.get((p, pc, ob))
-    if mod is not None:
-        return mod
+    if mod is None:
+        mod = _MODULES[(p, pc, ob)] = _aside(_import, p, pc, ob)
+    return mod
+
+
+def _import(p: int, pc: int, ob: int) -> Any:
     src = _source(p, pc, ob)
     base = f"conv_blocked_p{p}_c{pc}_o{ob}.py"
     try:
@@ -838,7 +842,6 @@ def _module(p: int, pc: int, ob: int) -> Any:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # numba's cache finds the kernels' globals through it
     spec.loader.exec_module(mod)
-    _MODULES[(p, pc, ob)] = mod
     return mod
 
 
@@ -889,7 +892,7 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
         if key not in _KERNELS:
             nb = numba()
             assert nb is not None
-            mod = _aside(_module, P, PC, OB)
+            mod = _module(P, PC, OB)
             e = {"f": "f4", "d": "f8"}[key[1]]
             kinds = {"t": e + "[:, :, :, ::1]", "v": e + "[::1]", "w": e + "[:, :, ::1]"}
             arrays, ints = _ARGS[name]
