@@ -376,10 +376,23 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
+    # without AVX-512 the wide route is off (the GEMMs serve these layers)
+    monkeypatch.setattr(conv_blocked, "WIDE", False)
+    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is None
+    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
+    monkeypatch.setattr(conv_blocked, "WIDE", True)  # the kernels themselves, on any machine
     assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
     assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
+    if conv_blocked.P == 8:  # the row rules below, in AVX-512's blocks of 8 pixels
+        _wide_rows_select(geom, w, x, g, o, c, h, k)
+    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
+
+
+def _wide_rows_select(geom, w, x, g, o, c, h, k):
+    """The wide route's rules on rows (blocks of 8 pixels): which short rows it leaves."""
+    n = geom.in_shape[0]
     short = geom._replace(out_hw=(geom.out_hw[0], 3), in_shape=(n, c, h, 5))
     assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
     # rows of half a block (or more): the forward's blocks take two, below SHORT_ROWS_CHANNELS
@@ -397,7 +410,6 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     assert _f_conv._blocked(strided, 1, (256, c, *k), g, w, input_grad=True) is None
     assert _f_conv._blocked(strided._replace(in_shape=(n, c, h, 16)), 1, (256, c, *k), g, w,
                             input_grad=True) is not None
-    _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
 
 
 def _strided_case(rng, c, o):
