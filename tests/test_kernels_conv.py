@@ -376,10 +376,14 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
-    # without AVX-512 the wide route is off (the GEMMs serve these layers)
+    # without AVX-512 the wide route takes only layers of few weights (the GEMMs serve the rest)
     monkeypatch.setattr(conv_blocked, "WIDE", False)
+    few = c * o * k[0] * k[1] <= conv_blocked.WIDE_AVX2_WEIGHTS
+    assert (_f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is None) != few
+    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is None) == (
+        o >= 64 and not few)
+    monkeypatch.setattr(conv_blocked, "WIDE_AVX2_WEIGHTS", c * o * k[0] * k[1] - 1)
     assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is None
-    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
     monkeypatch.setattr(conv_blocked, "WIDE", True)  # the kernels themselves, on any machine
     assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
     assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None

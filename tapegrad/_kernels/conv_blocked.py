@@ -949,8 +949,11 @@ CHANNELS = 64
 # GEMM paths: DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4 0.48 / 0.49 / 0.46 against 1.06 /
 # 0.82 / 1.20, 128 -> 256 0.73 / 0.68 / 0.57 against 0.92 / 0.93 / 0.83, ngf 16's 64 -> 128
 # 0.59 / 0.86 / 0.66 against 0.78 / 0.98 / 0.93; (i)'s 64 -> 128 3x3 stride 2 at 28x28 (batch
-# 16) 0.66 / 0.95 / 0.66 against 0.66 / 0.91 / 0.86.
+# 16) 0.66 / 0.95 / 0.66 against 0.66 / 0.91 / 0.86. Layers whose weights fit in half a core's
+# L2 cache (WIDE_AVX2_WEIGHTS elements) still take it: ngf 16's 32 -> 64 input gradient (64
+# summed, 32K weights) 1.04 against 0.65.
 WIDE = P == 8
+WIDE_AVX2_WEIGHTS = 1 << 16
 
 
 def takes(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
@@ -958,8 +961,9 @@ def takes(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
     ``macs`` its multiply-adds, ``row`` the pixels of a row the pass runs along in blocks of
     ``P``: the output's for the forward and weight gradient, the input's in one stride class
     for the input gradient): one group, output channels a multiple of the block, and fewer than
-    CHANNELS input channels, or, on two threads with AVX-512 (WIDE), any number with a kernel
-    larger than 1x1 and rows of at least a block. (Rows shorter than a block leave part of each block idle, and the
+    CHANNELS input channels, or, on two threads with AVX-512 (WIDE; on AVX2 up to
+    WIDE_AVX2_WEIGHTS weights), any number with a kernel larger than 1x1 and rows of at least a
+    block. (Rows shorter than a block leave part of each block idle, and the
     weight gradient stores its sums after every few pixels: DCGAN's 256 -> 512 4x4 stride 2 to
     4x4, forward 86 ms blocked against 55; at ngf 64 its input gradient (4 pixels a class) 35.7
     against the GEMM's 27.0, weight gradient 42.0 against 30.9; its generator's first input
@@ -972,7 +976,8 @@ def takes(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
         return True
     from . import threads  # noqa: PLC0415
 
-    return WIDE and taps > 1 and row >= P and threads.worth(macs, PARALLEL_MIN)
+    return ((WIDE or c * o * taps <= WIDE_AVX2_WEIGHTS) and taps > 1 and row >= P
+            and threads.worth(macs, PARALLEL_MIN))
 
 
 def takes_input_grad(groups: int, c: int, o: int, taps: int, macs: int, row: int) -> bool:
