@@ -184,6 +184,7 @@ GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)
     ((2, 24, 4, 5), 1, (4, 4), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # one output pixel
     ((2, 20, 6, 7), 18, (3, 3), (3, 2), ((4, 4), (3, 5)), (1, 1), 1),  # padding past kernels
     ((2, 64, 10, 18), 8, (3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1),  # channel-first columns
+    ((2, 64, 18, 18), 8, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # strided, 1024 long: NHWC
     ((3, 128, 5, 6), 16, (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 1), 2),  # rows short: NHWC
 ]
 
@@ -214,7 +215,8 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     b = rng.standard_normal(o).astype(dtype)
     g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
     assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
-    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8 or s == (1, 1)
+    long = c // groups * k[0] * k[1] >= _f_conv.PIXEL_MAJOR_COLUMNS
+    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8 or s == (1, 1) or long
     assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 

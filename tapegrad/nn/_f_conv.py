@@ -264,6 +264,15 @@ def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
 
 
 PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
+# Column length (C / groups * kh * kw) from which strided layers build pixel-major columns too:
+# channel-first chunks then hold at most 256 pixels (the budget over the column length), a
+# pixel-major chunk at least GEMM_ROWS. As PyTorch's time over tapegrad's (forward / input
+# gradient / weight gradient, alternating in one process, AMD Zen3, batch 64), channel-first
+# against pixel-major: DCGAN ngf 64's 64 -> 128 4x4 stride 2 to 16x16 (1024 long) 0.56 / 0.73
+# / 0.73 against 0.70 / 0.93 / 1.09, 128 -> 256 to 8x8 0.73 / 0.78 / 0.67 against 0.93 / 0.75
+# / 1.00; (i)'s 64 -> 128 3x3 stride 2 (576 long, batch 16) 0.62 / 0.83 / 0.64 against 0.68 /
+# 0.63 / 0.56.
+PIXEL_MAJOR_COLUMNS = 1024
 
 
 def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
@@ -272,13 +281,15 @@ def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any)
     Its runs are kw * C/G channels long and cost two transposes (input in, output out); the
     channel-first columns' runs are Wo long. Measured (one core, CPU time, forward + both
     gradients): pixel-major 1.1-1.5x faster on every (h) and (e) layer (C/G <= 64, or Wo = 4),
-    channel-first 1.2x faster on (i)'s 64- and 128-channel layers at 14 and 28 pixels wide.
+    channel-first 1.2x faster on (i)'s 64- and 128-channel layers at 14 and 28 pixels wide
+    (strided layers with columns of PIXEL_MAJOR_COLUMNS and more: pixel-major).
     By wall time on 2 cores, stride-1 layers of 64 or more channels are faster pixel-major too
     (128 -> 128 at 14x14: 13.1 against 14.2 ms; 64 -> 64: 3.9 against 4.2), the strided ones
     channel-first ((i)'s 64 -> 128 s2: 6.8 against 8.1 ms, its 1x1 s2: 1.3 against 2.1).
     """
     wide = wshape[1] >= PIXEL_MAJOR_CHANNELS and geom.out_hw[1] >= 8
-    if (wide and geom.stride != (1, 1)) or not K.usable(*arrays):
+    long = wshape[1] * wshape[2] * wshape[3] >= PIXEL_MAJOR_COLUMNS
+    if (wide and geom.stride != (1, 1) and not long) or not K.usable(*arrays):
         return None
     from .._kernels import conv_gemm  # noqa: PLC0415
 
