@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import _autodiff as _tape
@@ -259,7 +260,7 @@ class _Size(int):
     _shape: tuple[int, ...]
 
     def __new__(cls, shape: tuple[int, ...]) -> _Size:
-        out = super().__new__(cls, int(np.prod(shape, dtype=np.int64)))
+        out = super().__new__(cls, math.prod(shape))  # np.prod costs 5 us a call
         out._shape = shape
         return out
 
