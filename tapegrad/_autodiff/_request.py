@@ -91,6 +91,14 @@ def target_seeds(
 ) -> dict[int, Tensor]:
     """``{tid: output gradient}`` for the targets; with ``strict``, each must be on this tape
     (otherwise it is a constant here and is skipped)."""
+    if (
+        output_gradients is None
+        and target.__class__ is Tensor
+        and target._data.size == 1
+        and target._tid is not None
+        and tape in target._tapes
+    ):  # one scalar loss: the common case, without the general path's lists
+        return {target._tid: _wrap(np.ones_like(target._data))}
     targets = list(target) if isinstance(target, (list, tuple)) else [target]
     ogs = output_gradients if isinstance(output_gradients, (list, tuple)) else [output_gradients]
     if output_gradients is None:

@@ -133,7 +133,9 @@ class Tape:
             self._hold_leaves()
 
     def _hold_leaves(self) -> None:
-        if self._recording != (type(self._leaves) is dict):
+        # an empty dict holds nothing: it stays (most tapes watch only parameters, which the
+        # records find, so this is the common case and costs nothing)
+        if self._recording != (type(self._leaves) is dict) and self._leaves:
             self._leaves = (dict if self._recording else weakref.WeakValueDictionary)(
                 self._leaves.items()
             )
@@ -270,12 +272,14 @@ class Tape:
     # -- release --------------------------------------------------------------------------------
     def release(self) -> None:
         """Free everything the tape holds; later gradient calls raise."""
-        self.__exit__()
+        if self._recording or self._in_with or self._anomaly is not None:
+            self.__exit__()
         self._released = True
         self._nodes = []
-        watched, self._leaves = list(self._leaves.values()), {}
-        for t in watched:
-            t._tapes = tuple(tp for tp in t._tapes if tp is not self)
+        if self._leaves:
+            watched, self._leaves = list(self._leaves.values()), {}
+            for t in watched:
+                t._tapes = tuple(tp for tp in t._tapes if tp is not self)
 
     # -- reading the record (the hooks of summary, to_dot and explain: tapegrad/_inspect.py) ---
     @property
