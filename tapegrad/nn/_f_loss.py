@@ -699,8 +699,9 @@ def mse_loss(
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "mse_loss")
-    if weight is None and reduction in ("mean", "sum") and x.size:
-        return apply(MSE, x, t, scale=1.0 / x.size if reduction == "mean" else 1.0)
+    n = x._data.size
+    if weight is None and reduction in ("mean", "sum") and n:
+        return apply(MSE, x, t, scale=1.0 / n if reduction == "mean" else 1.0)
     d = x - t
     loss = d * d
     if weight is not None:

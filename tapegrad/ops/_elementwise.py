@@ -105,6 +105,7 @@ def _vjp_kernel(xp: Any, g: Any, ans: Any) -> bool:
     arrays, one pass without a boolean mask (less memory in backward)."""
     return (
         not xp.tensors
+        and g.size >= 1 << 13  # below, numba's dispatch costs what the pass saves
         and K.usable(g, ans)
         and g.shape == ans.shape
         and g.flags.c_contiguous
