@@ -1,7 +1,9 @@
 """The trace state, per thread: open tapes, the grad switch, the module scope, the hooks.
 
-Only this module's functions change it. Hot paths read ``ACTIVE.n`` (open ``with`` tapes,
-captures and hooks, all threads) before any thread-local field (docs/design.md, "Tape rules").
+Only this module's functions change it, except the module scope list, which
+``Module.__call__`` pushes and pops directly (it runs for every layer call). Hot paths read
+``ACTIVE.n`` (open ``with`` tapes, captures and hooks, all threads) before any thread-local
+field (docs/design.md, "Tape rules").
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from .. import _autodiff
 from .. import _backend as B
+from .._autodiff._state import STATE as _TRACE
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
@@ -90,11 +90,12 @@ class Module:
         called = CALLED[0]
         if called is not None:  # tg.compile's capture: the modules a step calls
             called[id(self)] = self
-        _autodiff.push_scope(self._path or type(self).__name__)
+        scope = _TRACE.scope  # this thread's module scope (push_scope/pop_scope, inlined)
+        scope.append(self._path or type(self).__name__)
         try:
             return self.forward(*args, **kwargs)
         finally:
-            _autodiff.pop_scope()
+            scope.pop()
 
     # -- registration (PyTorch's explicit forms) ------------------------------------------------
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
