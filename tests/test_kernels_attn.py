@@ -240,6 +240,74 @@ def test_attention_on_two_threads_equals_one_thread_bit_for_bit(monkeypatch, sha
 
 
 # --------------------------------------------------------------------------------------------
+# nn.attention_qkv's small-head kernels (one pass per block) against the numpy reference
+# --------------------------------------------------------------------------------------------
+
+HEAD_SHAPES = [(3, 2, 10, 16), (1, 1, 1, 8), (2, 4, 24, 8), (2, 3, 7, 64), (5, 4, 9, 16)]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", HEAD_SHAPES)
+@pytest.mark.parametrize("mask", [None, "padding", "causal", "float", "column"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_head_kernels_equal_the_numpy_reference(monkeypatch, shape, mask, dtype):
+    from tapegrad._kernels import attention_heads
+
+    b, h, n_l, d = shape
+    rng = np.random.default_rng(sum(shape) + 7)
+    qkv = rng.standard_normal((b, n_l, 3, h, d)).astype(dtype)
+    m = _mask(rng, mask, b, h, n_l, n_l, dtype)
+    assert A._heads_kernel(qkv, m) is attention_heads  # the shapes the kernels take
+    out = A._attn_qkv_fwd(qkv, m, 0.37)
+    ref = _reference(monkeypatch, A._attn_qkv_fwd, qkv, m, 0.37)
+    _close(out, ref, dtype)
+    assert out.transpose(0, 2, 1, 3).flags.c_contiguous  # stored (B, L, H, D)
+    g = _noncontig(rng, out.shape, dtype)
+    needs = (True, m is not None)
+    got = A._attn_qkv_grads(ARRAYS, g, out, qkv, m, 0.37, needs)
+    want = _reference(monkeypatch, A._attn_qkv_grads, ARRAYS, g, ref, qkv, m, 0.37, needs)
+    for a, r in zip(got, want, strict=True):
+        if r is None:
+            assert a is None
+        else:
+            _close(a, r, dtype, scale=10.0)
+    if mask == "padding":  # batch 0 fully masked: zero output and no gradient
+        assert not out[0].any() and not got[0][0].any()
+
+
+@numba_only
+@pytest.mark.parametrize("mask", [None, "causal"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_head_kernels_on_two_threads_equal_one_thread_bit_for_bit(monkeypatch, mask, dtype):
+    from tapegrad._kernels import attention_heads
+
+    _shared_pool()
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((9, 10, 3, 4, 16)).astype(dtype)
+    m = _mask(rng, mask, 9, 4, 10, 10, dtype)
+    g = rng.standard_normal((9, 4, 10, 16)).astype(dtype)
+    runs = []
+    for two in (False, True):  # each block is one thread's either way: the same bits
+        monkeypatch.setattr(attention_heads, "PARALLEL_MIN", 0 if two else 1 << 62)
+        assert attention_heads._two(qkv) == two
+        out = A._attn_qkv_fwd(qkv, m, 0.25)
+        runs.append((out, *A._attn_qkv_grads(ARRAYS, g, out, qkv, m, 0.25, (True, True))))
+    for x, y in zip(*runs, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@numba_only
+def test_small_head_kernels_leave_other_shapes_to_the_batched_path():
+    f32 = np.float32
+    assert A._heads_kernel(np.ones((2, 25, 3, 2, 16), f32), None) is None  # sequence too long
+    assert A._heads_kernel(np.ones((2, 10, 3, 2, 12), f32), None) is None  # width not 8k
+    assert A._heads_kernel(np.ones((2, 10, 3, 2, 72), f32), None) is None  # too wide
+    x = np.ones((2, 3, 10, 2, 16), f32).transpose(0, 2, 1, 3, 4)
+    assert A._heads_kernel(x, None) is None  # not C-contiguous
+    assert A._heads_kernel(np.ones((2, 10, 3, 2, 16), f32), np.ones((2, 1, 1, 10))) is None
+
+
+# --------------------------------------------------------------------------------------------
 # softmax, log_softmax, layer norm, relu: kernel against the numpy reference
 # --------------------------------------------------------------------------------------------
 
@@ -458,19 +526,22 @@ def test_sdpa_three_dimensional_and_float_mask_gradient_match_torch(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_encoder_layer_with_padding_matches_torch(dtype, batch):
+@pytest.mark.parametrize("width", [16, 32])
+def test_encoder_layer_with_padding_matches_torch(dtype, batch, width):
     """The transformer layer (fused attention, layer norm, ReLU) against PyTorch's, float32
-    and float64, with a key padding mask and a causal mask."""
+    and float64, with a key padding mask and a causal mask; heads of 4 (the batched attention
+    path) and of 8 (the small-head kernels)."""
     torch_dtype = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
     tg.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=24, dropout=0.0, batch_first=True)
+    layer = nn.TransformerEncoderLayer(width, 4, dim_feedforward=24, dropout=0.0,
+                                       batch_first=True)
     layer = layer.to(dtype=dtype)
-    tl = torch.nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, batch_first=True)
+    tl = torch.nn.TransformerEncoderLayer(width, 4, 24, dropout=0.0, batch_first=True)
     tl = tl.to(torch_dtype)
     tl.load_state_dict({k: torch.tensor(v.numpy()) for k, v in layer.state_dict().items()})
     layer.load_state_dict({k: v.detach().numpy().astype(dtype) for k, v in tl.state_dict().items()})
     rng = np.random.default_rng(batch)
-    x = rng.standard_normal((batch, 7, 16)).astype(dtype)
+    x = rng.standard_normal((batch, 7, width)).astype(dtype)
     pad = np.zeros((batch, 7), bool)
     pad[-1, 5:] = True
     causal = np.triu(np.ones((7, 7), bool), 1)

@@ -148,9 +148,12 @@ def usable(*arrays: Any) -> bool:
     return True
 
 
-def jit(parallel: bool = False, fastmath: Any = False, signatures: Any = None) -> Any:
+def jit(
+    parallel: bool = False, fastmath: Any = False, signatures: Any = None, inline: str = "never"
+) -> Any:
     """``numba.njit(cache=True, ...)`` with tapegrad's cache directory (for kernel modules);
-    ``signatures`` compiles those up front (a recursive function needs them)."""
+    ``signatures`` compiles those up front (a recursive function needs them); ``inline="always"``
+    inlines a small helper into its callers (no call, no reference counting of its arrays)."""
     nb = numba()
     assert nb is not None, "kernel modules are imported only when numba is selected"
 
@@ -161,7 +164,8 @@ def jit(parallel: bool = False, fastmath: Any = False, signatures: Any = None) -
         os.makedirs(where, exist_ok=True)
         config.CACHE_DIR = where  # read when the cache is attached, just below
         try:
-            opts = {"cache": True, "parallel": parallel, "fastmath": fastmath, "nogil": True}
+            opts = {"cache": True, "parallel": parallel, "fastmath": fastmath, "nogil": True,
+                    "inline": inline}
             if signatures is not None:
                 return nb.njit(signatures, error_model="numpy", **opts)(fn)
             return nb.njit(**opts)(fn)

@@ -171,7 +171,20 @@ def _qkv(a: Any) -> tuple[Any, Any, Any]:
     return tuple(a[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # type: ignore[return-value]
 
 
+def _heads_kernel(qkv: Any, mask: Any) -> Any:
+    """The small-head kernels' module when they take this packed projection (short sequences,
+    head widths a multiple of 8, C-contiguous), else None."""
+    if not (K.usable(qkv, mask) and qkv.flags.c_contiguous and (mask is None or mask.ndim == 4)):
+        return None
+    from .._kernels import attention_heads  # noqa: PLC0415
+
+    return attention_heads if attention_heads.fits(qkv) else None
+
+
 def _attn_qkv_fwd(qkv: Any, mask: Any, scale: float, keep: Any = None) -> Any:
+    heads = _heads_kernel(qkv, mask)
+    if heads is not None:  # one pass per (batch, head) block; backward recomputes
+        return heads.forward(qkv, mask, scale)
     q, k, v = _qkv(qkv)
     return _attn_fwd(q, k, v, mask, scale, keep)
 
@@ -179,6 +192,11 @@ def _attn_qkv_fwd(qkv: Any, mask: Any, scale: float, keep: Any = None) -> Any:
 def _attn_qkv_grads(
     xp: Any, g: Any, ans: Any, qkv: Any, mask: Any, scale: float, needs: Any, keep: Any = None
 ) -> tuple[Any, Any]:
+    if not xp.tensors and (heads := _heads_kernel(qkv, mask)) is not None:
+        n_b, n_l, _, n_h, _ = qkv.shape
+        dmask = np.empty((n_b, n_h, n_l, n_l), qkv.dtype) if needs[1] else None
+        d = heads.backward(qkv, g, ans, mask, scale, dmask)
+        return (d if needs[0] else None), dmask
     q, k, v = _qkv(qkv)
     if not xp.tensors:
         d = xp_of(qkv).empty(qkv.shape, dtype=qkv.dtype) if needs[0] else None
