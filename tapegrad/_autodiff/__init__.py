@@ -20,6 +20,7 @@ from ._state import (
     pop_scope,
     push_scope,
     recomputation,
+    scope_list,
     set_anomaly_mode,
     set_op_hooks,
     start_capture,

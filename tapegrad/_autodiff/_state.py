@@ -1,7 +1,7 @@
 """The trace state, per thread: open tapes, the grad switch, the module scope, the hooks.
 
-Only this module's functions change it, except the module scope list, which
-``Module.__call__`` pushes and pops directly (it runs for every layer call). Hot paths read
+Only this module's functions change it, except the module scope list that ``scope_list``
+hands ``Module.__call__`` to push and pop (it runs for every layer call). Hot paths read
 ``ACTIVE.n`` (open ``with`` tapes, captures and hooks, all threads) before any thread-local
 field (docs/design.md, "Tape rules").
 """
@@ -92,6 +92,12 @@ def is_recording() -> bool:
 def push_scope(path: str) -> None:
     """Enter a module's scope: ops recorded until ``pop_scope`` name it (Module.__call__)."""
     STATE.scope.append(path)
+
+
+def scope_list() -> list[str]:
+    """This thread's module scope stack, for ``Module.__call__`` to append to and pop (one
+    call instead of push_scope's and pop_scope's two)."""
+    return STATE.scope
 
 
 def pop_scope() -> None:

@@ -19,8 +19,8 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from .. import _autodiff
 from .. import _backend as B
-from .._autodiff._state import STATE as _TRACE
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
@@ -90,7 +90,7 @@ class Module:
         called = CALLED[0]
         if called is not None:  # tg.compile's capture: the modules a step calls
             called[id(self)] = self
-        scope = _TRACE.scope  # this thread's module scope (push_scope/pop_scope, inlined)
+        scope = _autodiff.scope_list()  # this thread's module scope
         scope.append(self._path or type(self).__name__)
         try:
             return self.forward(*args, **kwargs)
