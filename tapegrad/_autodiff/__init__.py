@@ -17,8 +17,6 @@ from ._state import (
     is_recording,
     isolated,
     no_grad,
-    pop_scope,
-    push_scope,
     recomputation,
     scope_list,
     set_anomaly_mode,

@@ -89,19 +89,10 @@ def is_recording() -> bool:
 
 
 # -- module scope --------------------------------------------------------------------------------
-def push_scope(path: str) -> None:
-    """Enter a module's scope: ops recorded until ``pop_scope`` name it (Module.__call__)."""
-    STATE.scope.append(path)
-
-
 def scope_list() -> list[str]:
-    """This thread's module scope stack, for ``Module.__call__`` to append to and pop (one
-    call instead of push_scope's and pop_scope's two)."""
+    """This thread's module scope stack: ``Module.__call__`` appends its path while it runs
+    and pops it after, so the ops recorded meanwhile name it."""
     return STATE.scope
-
-
-def pop_scope() -> None:
-    STATE.scope.pop()
 
 
 def current_scope() -> str | None:
