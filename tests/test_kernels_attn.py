@@ -276,6 +276,21 @@ def test_small_head_kernels_equal_the_numpy_reference(monkeypatch, shape, mask, 
 
 
 @numba_only
+def test_packed_attention_mask_gradient_alone_equals_the_reference(monkeypatch):
+    """Only the mask's gradient asked for (the packed input's is not): no packed gradient
+    comes back, and the mask's equals the reference's."""
+    rng = np.random.default_rng(11)
+    qkv = rng.standard_normal((3, 10, 3, 2, 16)).astype(np.float32)
+    m = _mask(rng, "float", 3, 2, 10, 10, np.float32)
+    out = A._attn_qkv_fwd(qkv, m, 0.37)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    got = A._attn_qkv_grads(ARRAYS, g, out, qkv, m, 0.37, (False, True))
+    want = _reference(monkeypatch, A._attn_qkv_grads, ARRAYS, g, out, qkv, m, 0.37, (True, True))
+    assert got[0] is None
+    _close(got[1], want[1], np.float32, scale=10.0)
+
+
+@numba_only
 @pytest.mark.parametrize("mask", [None, "causal"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_small_head_kernels_on_two_threads_equal_one_thread_bit_for_bit(monkeypatch, mask, dtype):

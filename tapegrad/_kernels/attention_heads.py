@@ -237,9 +237,6 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1):  # ty
                 if dmf is not None:
                     dmf[mo + j] = e
                 ds[j] = e * scale
-            for j in range(n_l, sp):
-                p[j] = 0
-                ds[j] = 0
             _lanes_mv(ds, 0, 1, n_l, xf, base + kd, row, d, dxf, qo, one)  # dq_i = ds_i K
         for j in range(n_l):  # dk_j = sum_i ds_ij q_i, dv_j = sum_i p_ij g_i
             kj = base + j * row + kd

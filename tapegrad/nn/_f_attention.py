@@ -192,11 +192,10 @@ def _attn_qkv_fwd(qkv: Any, mask: Any, scale: float, keep: Any = None) -> Any:
 def _attn_qkv_grads(
     xp: Any, g: Any, ans: Any, qkv: Any, mask: Any, scale: float, needs: Any, keep: Any = None
 ) -> tuple[Any, Any]:
-    if not xp.tensors and (heads := _heads_kernel(qkv, mask)) is not None:
+    if needs[0] and not xp.tensors and (heads := _heads_kernel(qkv, mask)) is not None:
         n_b, n_l, _, n_h, _ = qkv.shape
         dmask = np.empty((n_b, n_h, n_l, n_l), qkv.dtype) if needs[1] else None
-        d = heads.backward(qkv, g, ans, mask, scale, dmask)
-        return (d if needs[0] else None), dmask
+        return heads.backward(qkv, g, ans, mask, scale, dmask), dmask
     q, k, v = _qkv(qkv)
     if not xp.tensors:
         d = xp_of(qkv).empty(qkv.shape, dtype=qkv.dtype) if needs[0] else None
