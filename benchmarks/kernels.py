@@ -77,6 +77,8 @@ def kernel_shapes(keys: tuple[str, ...] = KERNEL_WORKLOADS, tiny: bool = False) 
             out += [Kernel("d", f"layer norm {m}", "layer_norm", ((b, t, m),)),
                     Kernel("d", f"attention {h} heads x {m // h}", "attention",
                            ((b, h, t, m // h),) * 3),
+                    Kernel("d", f"self-attention {h} x {m // h}, packed q/k/v",
+                           "attention_packed", ((b, t, 3, h, m // h),)),
                     Kernel("d", "softmax over keys", "softmax", ((b, h, t, t),))]
         elif key == "e":
             b, t, m, h = d["batch"], d["max_len"], d["text_dim"], d["heads"]
@@ -86,6 +88,8 @@ def kernel_shapes(keys: tuple[str, ...] = KERNEL_WORKLOADS, tiny: bool = False) 
                     Kernel("e", f"layer norm {m}", "layer_norm", ((b, t, m),)),
                     Kernel("e", f"attention {h} heads x {m // h}", "attention",
                            ((b, h, t, m // h),) * 3),
+                    Kernel("e", f"self-attention {h} x {m // h}, packed q/k/v",
+                           "attention_packed", ((b, t, 3, h, m // h),)),
                     Kernel("e", f"cross-entropy {b}x{b}, soft targets", "cross_entropy_soft",
                            ((b, b),))]
         elif key == "h":
@@ -140,6 +144,12 @@ def _op(kind: str, F: Any, args: list[Any], extra: list[Any], params: dict[str, 
         return F.softmax(args[0], dim=-1)
     if kind == "attention":
         return F.scaled_dot_product_attention(*args)
+    if kind == "attention_packed":  # one (B, L, 3, H, D) projection, as the layers make it
+        if F.__name__.startswith("torch"):
+            q, k, v = (t.transpose(1, 2) for t in args[0].unbind(2))
+            return F.scaled_dot_product_attention(q, k, v)
+        from tapegrad.nn._f_attention import attention_qkv  # noqa: PLC0415
+        return attention_qkv(args[0], None, args[0].shape[-1] ** -0.5)
     if kind in ("cross_entropy", "cross_entropy_soft"):
         return F.cross_entropy(args[0], extra[0])
     if kind == "bce":

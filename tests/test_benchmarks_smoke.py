@@ -204,6 +204,8 @@ def test_kernel_table_times_the_same_gradients_as_torch():
     # every convolution of the workloads' models has a row: (h) has 5 in G and 5 in D
     assert sum(k.kind == "conv_transpose2d" for k in shapes if k.workload == "h") == 5
     assert sum(k.kind == "conv2d" for k in shapes if k.workload == "h") == 5
+    # attention both as scaled_dot_product_attention and as the layers' packed projection
+    assert {k.workload for k in shapes if k.kind == "attention_packed"} == {"d", "e"}
     for k in shapes:
         tg_step, torch_step = K.steps(k)
         got = tg_step()[0]  # the gradient of the op's first input
