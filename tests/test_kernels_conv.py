@@ -164,7 +164,8 @@ def test_pixel_major_chunks_hold_gemm_rows_past_the_budget(monkeypatch):
     # DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4: 16 output pixels a sample
     geom = _f_conv.Geom((64, 256, 8, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
     chunks = _f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))
-    assert chunks == [(i, i + 16) for i in range(0, 64, 16)]  # the budget alone: 2 samples
+    per = _f_conv.GEMM_ROWS // 16  # the budget alone: 2 samples
+    assert chunks == [(i, min(64, i + per)) for i in range(0, 64, per)]
     monkeypatch.setattr(_f_conv, "GEMM_ROWS", 1)
     assert len(_f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))) == 32
     # the rows never shrink a chunk the budget allows
@@ -186,6 +187,7 @@ GEMM_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)
     ((2, 64, 10, 18), 8, (3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1),  # channel-first columns
     ((2, 64, 18, 18), 8, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # strided, 1024 long: NHWC
     ((3, 128, 5, 6), 16, (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 1), 2),  # rows short: NHWC
+    ((2, 64, 9, 9), 16, (3, 3), (1, 2), ((1, 1), (2, 2)), (1, 2), 1),  # row scatter, dilated
 ]
 
 

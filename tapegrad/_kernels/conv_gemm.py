@@ -36,9 +36,8 @@ U = np.uint64
 
 
 @jit()
-def _nhwc_k(x, xt, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
-    """xt (n, G, Hp, Wp, Cg) <- x (n, C, H, W) moved down pt rows and right pl columns, zeros
-    elsewhere (rows and columns past Hp, Wp dropped)."""
+def _nhwc_rows(x, xt, pt, pl, i0, i1):  # type: ignore[no-untyped-def]
+    """Rows i0 to i1 (counted over (sample, group, row) of xt) of ``_nhwc_k``."""
     n_, c_, h_, w_ = x.shape
     _, g_, hp, wp, cg = xt.shape
     xf = x.reshape(-1)
@@ -47,63 +46,74 @@ def _nhwc_k(x, xt, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
     hw = U(h_ * w_)
     x0 = min(wp, pl)
     x1 = max(x0, min(wp, w_ + pl))
-    for s in range(s0, s1):
-        for g in range(g_):
-            for r in range(hp):
-                d = U((((s * g_ + g) * hp + r) * wp) * cg)
-                sr = r - pt
-                if sr < 0 or sr >= h_:
-                    for k in range(U(wp * cg)):
-                        tf[d + k] = zero
-                    continue
-                for k in range(U(x0 * cg)):
-                    tf[d + k] = zero
-                for k in range(U(x1 * cg), U(wp * cg)):
-                    tf[d + k] = zero
-                src = U(((s * c_ + g * cg) * h_ + sr) * w_ + x0 - pl)
-                d += U(x0 * cg)
-                nq = x1 - x0
-                # contiguous reads, writes strided by cg; from 16 channels in tiles of 8 pixels
-                # by 16 channels (a cold 64-channel 32x32 batch: 3.0 ms against 10.3 in one
-                # sweep of the row per channel; 16 -> 32 channels 1.4 against 1.8)
-                tq = 8 if cg >= 16 else max(nq, 1)
-                for q0 in range(0, nq, tq):
-                    q1 = min(nq, q0 + tq)
-                    for c0 in range(0, cg, 16):
-                        for c in range(U(c0), U(min(cg, c0 + 16))):
-                            sc = src + c * hw
-                            dc = d + c
-                            for q in range(U(q0), U(q1)):
-                                tf[dc + q * U(cg)] = xf[sc + q]
+    for t in range(i0, i1):
+        s = t // (g_ * hp)
+        g = (t // hp) % g_
+        r = t % hp
+        d = U(t * wp * cg)
+        sr = r - pt
+        if sr < 0 or sr >= h_:
+            for k in range(U(wp * cg)):
+                tf[d + k] = zero
+            continue
+        for k in range(U(x0 * cg)):
+            tf[d + k] = zero
+        for k in range(U(x1 * cg), U(wp * cg)):
+            tf[d + k] = zero
+        src = U(((s * c_ + g * cg) * h_ + sr) * w_ + x0 - pl)
+        d += U(x0 * cg)
+        nq = x1 - x0
+        # contiguous reads, writes strided by cg; from 16 channels in tiles of 8 pixels by 16
+        # channels (a cold 64-channel 32x32 batch: 3.0 ms against 10.3 in one sweep of the row
+        # per channel; 16 -> 32 channels 1.4 against 1.8)
+        tq = 8 if cg >= 16 else max(nq, 1)
+        for q0 in range(0, nq, tq):
+            q1 = min(nq, q0 + tq)
+            for c0 in range(0, cg, 16):
+                for c in range(U(c0), U(min(cg, c0 + 16))):
+                    sc = src + c * hw
+                    dc = d + c
+                    for q in range(U(q0), U(q1)):
+                        tf[dc + q * U(cg)] = xf[sc + q]
 
 
 @jit()
-def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, s0, s1):  # type: ignore[no-untyped-def]
-    """cols (G, n * Ho * Wo, kh * kw * Cg) <- the windows of padded xt (n, G, Hp, Wp, Cg)."""
+def _nhwc_k(x, xt, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
+    """xt (n, G, Hp, Wp, Cg) <- x (n, C, H, W) moved down pt rows and right pl columns, zeros
+    elsewhere (rows and columns past Hp, Wp dropped); samples s0 to s1."""
+    rows = xt.shape[1] * xt.shape[2]
+    _nhwc_rows(x, xt, pt, pl, s0 * rows, s1 * rows)
+
+
+@jit()
+def _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1):  # type: ignore[no-untyped-def]
+    """cols (G, n * Ho * Wo, kh * kw * Cg) <- the windows of padded xt (n, G, Hp, Wp, Cg): the
+    output rows i0 to i1, counted over (group, sample, output row)."""
     n_, g_, hp, wp, cg = xt.shape
     tf = xt.reshape(-1)
     cf = cols.reshape(-1)
     m = n_ * ho * wo
     kg = kh * kw * cg
     run = U(kw * cg) if dw == 1 else U(cg)
-    for g in range(g_):
-        for s in range(s0, s1):
-            base = (s * g_ + g) * hp
-            for y in range(ho):
-                for x in range(wo):
-                    d = U((g * m + (s * ho + y) * wo + x) * kg)
-                    for i in range(kh):
-                        src = U(((base + y * sh + i * dh) * wp + x * sw) * cg)
-                        if dw == 1:
-                            for k in range(run):
-                                cf[d + k] = tf[src + k]
-                            d += run
-                        else:
-                            for j in range(kw):
-                                sj = src + U(j * dw * cg)
-                                for k in range(run):
-                                    cf[d + k] = tf[sj + k]
-                                d += run
+    for t in range(i0, i1):
+        g = t // (n_ * ho)
+        s = (t // ho) % n_
+        y = t % ho
+        base = (s * g_ + g) * hp
+        for x in range(wo):
+            d = U((g * m + (s * ho + y) * wo + x) * kg)
+            for i in range(kh):
+                src = U(((base + y * sh + i * dh) * wp + x * sw) * cg)
+                if dw == 1:
+                    for k in range(run):
+                        cf[d + k] = tf[src + k]
+                    d += run
+                else:
+                    for j in range(kw):
+                        sj = src + U(j * dw * cg)
+                        for k in range(run):
+                            cf[d + k] = tf[sj + k]
+                        d += run
 
 
 @jit()
@@ -139,68 +149,130 @@ def _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, s0, s1):  # type: ignor
 
 
 @jit()
-def _nchw_k(gt, out, pt, pl, s0, s1):  # type: ignore[no-untyped-def]
+def _scatter_rows(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1):  # type: ignore[no-untyped-def]
+    """``_scatter_k`` for the rows i0 to i1 of gt (counted over (sample, group, row)): each
+    pixel written once, the sum of the taps that reach it in the order of their windows (later
+    windows reach a pixel through earlier taps), so that rows split without races. From
+    SCATTER_ROWS channels per group; below, the runs of Cg are too short for its per-tap
+    work."""
+    n_, g_, hp, wp, cg = gt.shape
+    tf = gt.reshape(-1)
+    cf = cols.reshape(-1)
+    m = n_ * ho * wo
+    kg = kh * kw * cg
+    zero = tf.dtype.type(0)
+    # the taps that reach each padded row (i, window row) and column (j, window column)
+    ti, ty, tn = _taps(hp, kh, sh, dh, ho)
+    tj, tx, tm = _taps(wp, kw, sw, dw, wo)
+    for t in range(i0, i1):
+        s = t // (g_ * hp)
+        g = (t // hp) % g_
+        r = t % hp
+        for q in range(wp):
+            dst = U((t * wp + q) * cg)
+            for c in range(U(cg)):
+                tf[dst + c] = zero
+            for a in range(tn[r]):
+                row = (g * m + (s * ho + ty[r, a]) * wo) * kg + ti[r, a] * kw * cg
+                for b in range(tm[q]):
+                    src = U(row + tx[q, b] * kg + tj[q, b] * cg)
+                    for c in range(U(cg)):
+                        tf[dst + c] += cf[src + c]
+
+
+@jit()
+def _taps(n, k, st, dl, out):  # type: ignore[no-untyped-def]
+    """For each of ``n`` padded positions, the taps (kernel index, window) of a kernel of ``k``
+    taps (stride ``st``, dilation ``dl``, ``out`` windows) that read it, kernel indices
+    descending (windows ascending), and their count."""
+    tk = np.empty((n, k), dtype=np.int64)
+    tw = np.empty((n, k), dtype=np.int64)
+    cnt = np.zeros(n, dtype=np.int64)
+    for p in range(n):
+        for i in range(k - 1, -1, -1):
+            e = p - i * dl
+            if e >= 0 and e % st == 0 and e // st < out:
+                tk[p, cnt[p]] = i
+                tw[p, cnt[p]] = e // st
+                cnt[p] += 1
+    return tk, tw, cnt
+
+
+@jit()
+def _nchw_k(gt, out, pt, pl, i0, i1):  # type: ignore[no-untyped-def]
     """out (n, C, H, W) <- gt (n, G, Hp, Wp, Cg) moved up pt rows and left pl columns (zeros
-    where gt has no row or column)."""
+    where gt has no row or column): the planes i0 to i1, counted over (sample, channel)."""
     n_, c_, h_, w_ = out.shape
     _, g_, hp, wp, cg = gt.shape
     of = out.reshape(-1)
     tf = gt.reshape(-1)
     zero = of.dtype.type(0)
-    for s in range(s0, s1):
-        for c in range(c_):
-            g = c // cg
-            cc = c % cg
-            for r in range(h_):
-                d = U(((s * c_ + c) * h_ + r) * w_)
-                sr = r + pt
-                if sr >= hp:
-                    for k in range(U(w_)):
-                        of[d + k] = zero
-                    continue
-                x1 = max(0, min(w_, wp - pl))
-                src = U((((s * g_ + g) * hp + sr) * wp + pl) * cg + cc)
-                for k in range(U(x1)):
-                    of[d + k] = tf[src + k * U(cg)]
-                for k in range(U(x1), U(w_)):
+    for t in range(i0, i1):
+        s = t // c_
+        c = t % c_
+        g = c // cg
+        cc = c % cg
+        for r in range(h_):
+            d = U((t * h_ + r) * w_)
+            sr = r + pt
+            if sr >= hp:
+                for k in range(U(w_)):
                     of[d + k] = zero
+                continue
+            x1 = max(0, min(w_, wp - pl))
+            src = U((((s * g_ + g) * hp + sr) * wp + pl) * cg + cc)
+            for k in range(U(x1)):
+                of[d + k] = tf[src + k * U(cg)]
+            for k in range(U(x1), U(w_)):
+                of[d + k] = zero
 
 
 @jit()
-def _unpack_t_k(y, b, out, s0, s1):  # type: ignore[no-untyped-def]
-    """out (n, O, HW) <- y (G, n * HW, O / G) (+ b[o] when b has O entries)."""
+def _unpack_t_k(y, b, out, i0, i1):  # type: ignore[no-untyped-def]
+    """out (n, O, HW) <- y (G, n * HW, O / G) (+ b[o] when b has O entries): the planes i0 to
+    i1, counted over (sample, output channel)."""
     n_, o_, hw = out.shape
     g_, _, og = y.shape
     yf = y.reshape(-1)
     of = out.reshape(-1)
-    for s in range(s0, s1):
-        for o in range(o_):
-            g = o // og
-            src = U((g * n_ * hw + s * hw) * og + o % og)
-            dst = U((s * o_ + o) * hw)
-            bo = b[o] if b.shape[0] > 0 else of.dtype.type(0)
-            for k in range(U(hw)):
-                of[dst + k] = yf[src + k * U(og)] + bo
+    for t in range(i0, i1):
+        s = t // o_
+        o = t % o_
+        g = o // og
+        src = U((g * n_ * hw + s * hw) * og + o % og)
+        dst = U(t * hw)
+        bo = b[o] if b.shape[0] > 0 else of.dtype.type(0)
+        for k in range(U(hw)):
+            of[dst + k] = yf[src + k * U(og)] + bo
 
 
-# Each pass's twin on numba's threads: the samples in two halves, one per thread (disjoint
-# writes), used from PASS_MIN elements when numpy's BLAS shares the threads (threads.active()).
-# Measured on (e)'s conv2 (16 -> 32 at 8x8, batch 128, forward and both gradients): the passes
-# were a third of the blocked path's time once the products ran on two threads.
+# Each pass's twin on numba's threads: its rows (or planes; the scatter: its channels) in two
+# halves, one per thread (disjoint writes), used from PASS_MIN elements when numpy's BLAS shares
+# the threads (threads.active()). Measured on (e)'s conv2 (16 -> 32 at 8x8, batch 128, forward
+# and both gradients): the passes were a third of the blocked path's time once the products ran
+# on two threads. Splitting within a sample, not by samples, lets a chunk of one sample (wide
+# layers' chunks: GEMM_ROWS pixels) use both: DCGAN ngf 64's 64 -> 128 4x4 stride 2 at 32x32,
+# batch 64, per batch, one thread against two: gather 1.9 / 0.9 ms, transposes in and out
+# 3.3 / 1.2 and 2.8 / 1.4 (the GEMMs: 25-27 ms).
 PASS_MIN = 1 << 17
+# Channels per group from which the input gradient's scatter splits rows (``_scatter_rows``),
+# batch 64, 4x4 stride 2, ms per batch at 1 / 4 / 16 samples a chunk, against ``_scatter_k``:
+# 64 channels at 32x32 2.4 / 1.6 / 2.0 against 3.6 / 2.2 / 2.5; 32 at 16x16 0.77 / 0.66 /
+# 0.37 against 0.62 / 0.34 / 0.30; 16 at 32x32 2.2 / 1.2 / 1.2 against 1.1 / 0.6 / 0.6.
+SCATTER_ROWS = 64
 
 
 @jit(parallel=True)
 def _nhwc_par(x, xt, pt, pl):  # type: ignore[no-untyped-def]
-    n = x.shape[0]
+    n = xt.shape[0] * xt.shape[1] * xt.shape[2]
     h = n // 2
     for i in prange(2):
-        _nhwc_k(x, xt, pt, pl, i * h, n if i else h)
+        _nhwc_rows(x, xt, pt, pl, i * h, n if i else h)
 
 
 @jit(parallel=True)
 def _gather_par(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    n = xt.shape[0]
+    n = xt.shape[0] * xt.shape[1] * ho
     h = n // 2
     for i in prange(2):
         _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
@@ -215,8 +287,16 @@ def _scatter_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-u
 
 
 @jit(parallel=True)
+def _scatter_rows_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
+    n = gt.shape[0] * gt.shape[1] * gt.shape[2]
+    h = n // 2
+    for i in prange(2):
+        _scatter_rows(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+
+
+@jit(parallel=True)
 def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
-    n = out.shape[0]
+    n = out.shape[0] * out.shape[1]
     h = n // 2
     for i in prange(2):
         _nchw_k(gt, out, pt, pl, i * h, n if i else h)
@@ -224,45 +304,50 @@ def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _unpack_t_par(y, b, out):  # type: ignore[no-untyped-def]
-    n = out.shape[0]
+    n = out.shape[0] * out.shape[1]
     h = n // 2
     for i in prange(2):
         _unpack_t_k(y, b, out, i * h, n if i else h)
 
 
-def _two(n: int, size: int) -> bool:
-    """Whether a pass over ``n`` samples writing ``size`` elements runs on two threads."""
+def _two(items: int, size: int) -> bool:
+    """Whether a pass over ``items`` rows writing ``size`` elements runs on two threads."""
     from . import threads  # noqa: PLC0415
 
-    return n >= 2 and threads.worth(size, PASS_MIN)
+    return items >= 2 and threads.worth(size, PASS_MIN)
 
 
-def _split(kernel: Any, twin: Any, n: int, size: int, *args: Any) -> None:
-    """``twin(*args)`` when the pass runs on two threads, else ``kernel(*args, 0, n)``."""
-    if _two(n, size):
+def _split(kernel: Any, twin: Any, items: int, size: int, *args: Any) -> None:
+    """``twin(*args)`` when the pass runs on two threads, else ``kernel(*args, 0, items)``."""
+    if _two(items, size):
         twin(*args)
     else:
-        kernel(*args, 0, n)
+        kernel(*args, 0, items)
 
 
 def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
-    _split(_nhwc_k, _nhwc_par, x.shape[0], xt.size, x, xt, pt, pl)
+    _split(_nhwc_rows, _nhwc_par, xt.shape[0] * xt.shape[1] * xt.shape[2], xt.size, x, xt, pt, pl)
 
 
 def _gather(xt: Any, cols: Any, *geom: int) -> None:
-    _split(_gather_k, _gather_par, xt.shape[0], cols.size, xt, cols, *geom)
+    ho = geom[6]
+    _split(_gather_k, _gather_par, xt.shape[0] * xt.shape[1] * ho, cols.size, xt, cols, *geom)
 
 
 def _scatter(cols: Any, gt: Any, *geom: int) -> None:
-    _split(_scatter_k, _scatter_par, gt.shape[0], cols.size, cols, gt, *geom)
+    if gt.shape[4] >= SCATTER_ROWS:
+        _split(_scatter_rows, _scatter_rows_par, gt.shape[0] * gt.shape[1] * gt.shape[2],
+               cols.size, cols, gt, *geom)
+    else:
+        _split(_scatter_k, _scatter_par, gt.shape[0], cols.size, cols, gt, *geom)
 
 
 def _nchw(gt: Any, out: Any, pt: int, pl: int) -> None:
-    _split(_nchw_k, _nchw_par, out.shape[0], out.size, gt, out, pt, pl)
+    _split(_nchw_k, _nchw_par, out.shape[0] * out.shape[1], out.size, gt, out, pt, pl)
 
 
 def _unpack_t(y: Any, b: Any, out: Any) -> None:
-    _split(_unpack_t_k, _unpack_t_par, out.shape[0], out.size, y, b, out)
+    _split(_unpack_t_k, _unpack_t_par, out.shape[0] * out.shape[1], out.size, y, b, out)
 
 
 def padded_hw(geom: Any) -> tuple[int, int]:

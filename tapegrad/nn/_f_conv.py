@@ -300,8 +300,13 @@ def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any)
 # OpenBLAS runs a 64 x 4096 x 512 product at 133 GFLOP/s on two cores, 256 x 4096 x 512 at
 # 152, 1024 x 4096 x 512 at 187. DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4 (4 samples of
 # 16 pixels a chunk in the budget) forward / input gradient / weight gradient: 41.9 / 31.5 /
-# 55.5 ms at 64 rows, 27.3 / 27.0 / 30.9 at 256 (PyTorch 18.8 / 20.7 / 24.3).
-GEMM_ROWS = 256
+# 55.5 ms at 64 rows, 27.3 / 27.0 / 30.9 at 256 (PyTorch 18.8 / 20.7 / 24.3). More rows make
+# fewer, longer sums in the weight gradient's products and let a chunk's copying passes run in
+# two halves (conv_gemm.PASS_MIN): its 64 -> 128 to 16x16 (1024 long), batch 64, forward /
+# input gradient / weight gradient 40.4 / 39.1 / 52.4 ms at 256 rows, 35.0 / 39.6 / 42.6 at
+# 1024 (PyTorch 36.0 / 36.7 / 39.9). Its columns count against peak memory: (h)'s step (ngf
+# 16) rose by 34.8 MB at 256 rows, 36.7 at 512, 39.7 at 1024 (PyTorch 38.1).
+GEMM_ROWS = 512
 
 
 def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
