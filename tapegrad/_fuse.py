@@ -660,8 +660,9 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
 
 
 # -- optimizer updates --------------------------------------------------------------------------
-# SGD's and Adam's per-parameter arithmetic, written as their numpy code does it (same order,
-# scalars cast to the parameter's dtype as numpy casts a Python number), one loop per parameter.
+# SGD's per-parameter arithmetic, written as its numpy code does it (same order, scalars cast to
+# the parameter's dtype as numpy casts a Python number), one loop per parameter; Adam's is the
+# eager optimizer's own compiled loop (_kernels/optim.py).
 _SGD_LOOP = """import numpy as np
 T = np.{dtype}
 U = np.uint64
@@ -700,33 +701,6 @@ def kernel(p, g, buf, lr, wd, mom, damp, flags):
         pf[k] = pf[k] - s
 """
 
-_ADAM_LOOP = """import numpy as np
-T = np.{dtype}
-U = np.uint64
-
-
-def kernel(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled):
-    pf = p.reshape(-1)
-    gf = g.reshape(-1)
-    mf = m.reshape(-1)
-    vf = v.reshape(-1)
-    shrink = T(1.0 - lr * wd)
-    for k in range(U(pf.size)):
-        if decoupled:
-            pf[k] = pf[k] * shrink
-        d = gf[k]
-        if coupled:
-            d = pf[k] * T(wd) + d
-        mk = mf[k] * T(b1)
-        mk = mk + d * T(1.0 - b1)
-        mf[k] = mk
-        vk = vf[k] * T(b2)
-        vk = vk + (d * d) * T(1.0 - b2)
-        vf[k] = vk
-        s = np.sqrt(vk) + T(eps_bc2)
-        s = mk / s
-        pf[k] = pf[k] - s * T(step_size)
-"""
 
 
 def _fits(p: Any, *arrays: Any) -> bool:
@@ -750,9 +724,15 @@ def _loops_made() -> bool:
 
     kinds = {SGD: True, Adam: False, AdamW: False}
     try:
+        from ._kernels import optim as kernel  # noqa: PLC0415
+
+        def adam(p: Any, g: Any, m: Any, v: Any, lr: float, wd: float, b1: float, b2: float,
+                 *rest: Any) -> None:
+            kernel.adam(p, g, m, v, lr, wd, (b1, b2), *rest)
+
         for k, is_sgd in kinds.items():
-            src = _SGD_LOOP if is_sgd else _ADAM_LOOP
-            _LOOPS[k] = {np.dtype(d): _compile(src.format(dtype=d)) for d in ("float32", "float64")}
+            _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd else adam
+                         for d in ("float32", "float64")}
     except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
         _KINDS[None] = False  # no loops: every optimizer keeps update_one
         warnings.warn(

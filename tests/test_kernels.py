@@ -388,3 +388,70 @@ def test_conv_kernels_equal_the_numpy_reference(monkeypatch, stride, groups, bia
     assert np.array_equal(
         _f_conv._grad_cols(gc, groups), _reference(monkeypatch, _f_conv._grad_cols, gc, groups)
     )
+
+
+def _adam_run(opt_cls, dtype, steps=3, **kw):
+    """Parameters (one above the compiled loop's threshold, one below) after ``steps`` updates
+    from fixed gradients, and the optimizer's moments."""
+    rng = np.random.default_rng(3)
+    params = [tg.Parameter(rng.standard_normal(s).astype(dtype)) for s in ((70, 90), (5,))]
+    opt = opt_cls(params, lr=0.01, **kw)
+    for _ in range(steps):
+        opt.step({p: tg.tensor(rng.standard_normal(p.shape).astype(dtype)) for p in params})
+    state = [(opt.state[p]["exp_avg"].copy(), opt.state[p]["exp_avg_sq"].copy()) for p in params]
+    return [p.numpy().copy() for p in params], state
+
+
+ADAM_CASES = [(tg.optim.Adam, {}), (tg.optim.Adam, {"weight_decay": 0.1}),
+              (tg.optim.AdamW, {"weight_decay": 0.1}), (tg.optim.Adam, {"betas": (0.5, 0.999)})]
+
+
+@numba_only
+@pytest.mark.parametrize(("opt_cls", "kw"), ADAM_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_adam_kernel_equals_the_numpy_update(monkeypatch, opt_cls, kw, dtype, parallel):
+    from tapegrad._kernels import optim as kernel
+
+    monkeypatch.setattr(kernel, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+    calls = []
+    real = kernel.adam
+    monkeypatch.setattr(kernel, "adam", lambda *a: (calls.append(a[0].size), real(*a))[1])
+    params, state = _adam_run(opt_cls, dtype, **kw)
+    assert calls == [6300] * 3  # the large parameter took the loop, the small one numpy
+    ref_params, ref_state = _reference(monkeypatch, lambda: _adam_run(opt_cls, dtype, **kw))
+    for a, b in zip(params, ref_params, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    for (m, v), (rm, rv) in zip(state, ref_state, strict=True):
+        assert np.array_equal(m, rm) and np.array_equal(v, rv)
+
+
+@numba_only
+@pytest.mark.parametrize(("opt_cls", "kw"), ADAM_CASES)
+def test_adam_kernel_matches_pytorch(opt_cls, kw):
+    params, _ = _adam_run(opt_cls, np.float32, **kw)
+    rng = np.random.default_rng(3)
+    t_params = [torch.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+                for s in ((70, 90), (5,))]
+    t_opt = getattr(torch.optim, opt_cls.__name__)(t_params, lr=0.01, **kw)
+    for _ in range(3):
+        for p in t_params:
+            p.grad = torch.tensor(rng.standard_normal(tuple(p.shape)).astype(np.float32))
+        t_opt.step()
+    for a, b in zip(params, t_params, strict=True):
+        np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+@numba_only
+def test_adam_kernel_leaves_amsgrad_and_views_to_numpy(monkeypatch):
+    from tapegrad._kernels import optim as kernel
+
+    calls = []
+    monkeypatch.setattr(kernel, "adam", lambda *a: calls.append(a))
+    _adam_run(tg.optim.Adam, np.float32, amsgrad=True)
+    assert calls == []  # AMSGrad keeps the numpy update
+    big = np.zeros((90, 140), np.float32)
+    p = tg.Parameter(big[:, ::2])  # a strided view: the flat loop cannot index it
+    opt = tg.optim.Adam([p], lr=0.1)
+    opt.step({p: tg.tensor(np.ones((90, 70), np.float32))})
+    assert calls == [] and np.allclose(p.numpy(), -0.1)

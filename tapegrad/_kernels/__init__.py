@@ -149,11 +149,14 @@ def usable(*arrays: Any) -> bool:
 
 
 def jit(
-    parallel: bool = False, fastmath: Any = False, signatures: Any = None, inline: str = "never"
+    parallel: bool = False, fastmath: Any = False, signatures: Any = None, inline: str = "never",
+    ieee: bool = False,
 ) -> Any:
     """``numba.njit(cache=True, ...)`` with tapegrad's cache directory (for kernel modules);
     ``signatures`` compiles those up front (a recursive function needs them); ``inline="always"``
-    inlines a small helper into its callers (no call, no reference counting of its arrays)."""
+    inlines a small helper into its callers (no call, no reference counting of its arrays);
+    ``ieee``: division as numpy's (inf or NaN, no ZeroDivisionError check, which keeps LLVM
+    from vectorising a loop that divides)."""
     nb = numba()
     assert nb is not None, "kernel modules are imported only when numba is selected"
 
@@ -168,6 +171,8 @@ def jit(
                     "inline": inline}
             if signatures is not None:
                 return nb.njit(signatures, error_model="numpy", **opts)(fn)
+            if ieee:
+                opts["error_model"] = "numpy"
             return nb.njit(**opts)(fn)
         finally:
             config.CACHE_DIR = old

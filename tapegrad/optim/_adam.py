@@ -6,8 +6,13 @@ import math
 from typing import Any
 
 from .. import _backend as B
+from .. import _kernels as K
 from .._backend import np
 from ._optimizer import Optimizer
+
+# Elements from which a parameter takes the compiled update (_kernels/optim.py): one pass where
+# numpy makes nine, bit for bit the same; below, numba's dispatch costs more than it saves.
+LOOP_MIN = 4096
 
 
 class Adam(Optimizer):
@@ -89,8 +94,19 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         state["step"] += 1
         t = state["step"]
-        d = self.weight_decay(p, g, group)
         m, v = state["exp_avg"], state["exp_avg_sq"]
+        if not group["amsgrad"] and K.usable(p) and p.size >= LOOP_MIN:
+            from .._kernels import optim as kernel  # noqa: PLC0415
+
+            if kernel.fits(p, g, m, v):  # one compiled pass, the same arithmetic
+                wd = group.get("weight_decay", 0.0)
+                decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
+                bc2_sqrt = math.sqrt(1.0 - beta2**t)
+                kernel.adam(p, g, m, v, lr, wd, (beta1, beta2), eps * bc2_sqrt,
+                            lr / (1.0 - beta1**t) * bc2_sqrt, bool(wd) and not decoupled,
+                            decoupled)
+                return
+        d = self.weight_decay(p, g, group)
         s = self.tmp(p, 1)
         m *= beta1
         m += np.multiply(d, 1.0 - beta1, out=s)

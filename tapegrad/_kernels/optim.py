@@ -1,0 +1,78 @@
+"""Optimizer updates (numba): Adam's and AdamW's per-parameter arithmetic in one pass.
+
+The eager update in ``optim/_adam.py`` is nine numpy passes over the parameter's arrays
+(``m *= beta1``, ``m += (1 - beta1) * g``, ...); this loop does the same operations in the same
+order on each element, with the scalars cast to the parameter's dtype as numpy casts a Python
+number, so the results are equal bit for bit. From ``PARALLEL_MIN`` elements, while numpy's
+BLAS shares numba's threads, the two halves of the flat arrays run on the two threads.
+Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numba import prange
+
+from .._backend import np
+from . import jit
+from .elementwise import split
+
+U = np.uint64
+PARALLEL_MIN = 1 << 16  # elements from which an update runs on two threads (two halves)
+
+
+@jit(ieee=True)
+def _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, k0, k1):  # type: ignore[no-untyped-def]
+    pf = p.reshape(-1)
+    gf = g.reshape(-1)
+    mf = m.reshape(-1)
+    vf = v.reshape(-1)
+    t = pf.dtype.type
+    shrink = t(1.0 - lr * wd)
+    wdt, b1t, c1, b2t, c2 = t(wd), t(b1), t(1.0 - b1), t(b2), t(1.0 - b2)
+    eps, size = t(eps_bc2), t(step_size)
+    for k in range(U(k0), U(k1)):
+        if decoupled:
+            pf[k] = pf[k] * shrink
+        d = gf[k]
+        if coupled:
+            d = pf[k] * wdt + d
+        mk = mf[k] * b1t + d * c1
+        mf[k] = mk
+        vk = vf[k] * b2t + (d * d) * c2
+        vf[k] = vk
+        pf[k] = pf[k] - mk / (np.sqrt(vk) + eps) * size
+
+
+@jit(parallel=True)
+def _adam_par(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled):  # type: ignore[no-untyped-def]
+    n = p.size
+    h = split(n)
+    for i in prange(2):
+        _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, i * h,
+              n if i else h)
+
+
+def fits(p: Any, *arrays: Any) -> bool:
+    """Whether the loop can update ``p`` from ``arrays``: numpy float arrays of one dtype and
+    shape, all C-contiguous (the loops index them flat)."""
+    return (type(p) is np.ndarray and p.dtype in (np.float32, np.float64)
+            and p.flags.c_contiguous
+            and all(type(a) is np.ndarray and a.dtype == p.dtype and a.shape == p.shape
+                    and a.flags.c_contiguous for a in arrays))
+
+
+def adam(p: Any, g: Any, m: Any, v: Any, lr: float, wd: float, betas: tuple[float, float],
+         eps_bc2: float, step_size: float, coupled: bool, decoupled: bool) -> None:
+    """One Adam step in place: ``p``, ``m``, ``v`` updated from ``g`` (``optim.Adam``'s
+    arithmetic; ``eps_bc2`` is eps times the square root of beta2's bias correction,
+    ``step_size`` the learning rate over beta1's times that square root)."""
+    from . import threads  # noqa: PLC0415
+
+    args = (p, g, m, v, float(lr), float(wd), float(betas[0]), float(betas[1]),
+            float(eps_bc2), float(step_size), bool(coupled), bool(decoupled))
+    if threads.worth(p.size, PARALLEL_MIN):
+        _adam_par(*args)
+    else:
+        _adam(*args, 0, p.size)
