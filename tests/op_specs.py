@@ -228,7 +228,7 @@ add(
     row("leaky_relu", "leaky_relu", lambda x: tg.leaky_relu(x, 0.1), lambda x: TF.leaky_relu(x, 0.1), (B, NZ), dtypes=(F64, F32)),
     row("leaky_relu/negative_slope", None, lambda x: tg.leaky_relu(x, -0.3), lambda x: TF.leaky_relu(x, -0.3), (B, NZ)),
     row("elu", None, lambda x: tg.elu(x, 1.5), lambda x: TF.elu(x, 1.5), (B, NZ)),
-    row("gelu/erf", None, tg.gelu, TF.gelu, (B, real(-4, 4)), tol64=(1e-13, 1e-14)),
+    row("gelu/erf", "gelu", tg.gelu, TF.gelu, (B, real(-4, 4)), tol64=(1e-13, 1e-14), dtypes=(F64, F32)),
     row("gelu/tanh", None, lambda x: tg.gelu(x, "tanh"), lambda x: TF.gelu(x, approximate="tanh"), (B, real(-4, 4))),
     row("silu", None, tg.silu, TF.silu, (B, real(-4, 4))),
     row("softplus/beta", None, lambda x: tg.softplus(x, beta=2.0, threshold=5.0), lambda x: TF.softplus(x, beta=2.0, threshold=5.0), (B, real(-4, 4))),

@@ -455,3 +455,94 @@ def test_adam_kernel_leaves_amsgrad_and_views_to_numpy(monkeypatch):
     opt = tg.optim.Adam([p], lr=0.1)
     opt.step({p: tg.tensor(np.ones((90, 70), np.float32))})
     assert calls == [] and np.allclose(p.numpy(), -0.1)
+
+
+def _gelu_exact(x):
+    """GELU and its derivative in float64 from math.erfc (no cancellation on either side)."""
+    import math  # noqa: PLC0415
+
+    xd = x.astype(np.float64).ravel()
+    phi = np.array([0.5 * math.erfc(-v / math.sqrt(2.0)) for v in xd]).reshape(x.shape)
+    xd = xd.reshape(x.shape)
+    return xd * phi, phi + xd * np.exp(-0.5 * xd * xd) / math.sqrt(2.0 * math.pi)
+
+
+def _gelu_step(x, g):
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        y = F.gelu(xt)
+    (dx,) = tape.gradient(y, [xt], output_gradients=[tg.tensor(g)])
+    return y.numpy(), dx.numpy()
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_gelu_kernel_against_float64_the_reference_and_pytorch(monkeypatch, dtype, parallel):
+    from tapegrad._kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN", 0 if parallel else 1 << 62)
+    rng = np.random.default_rng(5)
+    # every branch: |x / sqrt 2| under 0.9, to 4, past 4, past exp's range; both signs
+    x = np.concatenate([np.linspace(-14, 10, 6001), rng.standard_normal(4000) * 3]).astype(dtype)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    calls = []
+    from tapegrad._kernels import gelu as kernel
+
+    for name in ("gelu", "gelu_grad"):
+        real = getattr(kernel, name)
+        monkeypatch.setattr(kernel, name, lambda *a, real=real: (calls.append(1), real(*a))[1])
+    y, dx = _gelu_step(x, g)
+    assert len(calls) == 2 and y.dtype == dtype and dx.dtype == dtype
+    exact_y, exact_d = _gelu_exact(x)
+    if dtype == np.float32:  # within a few float32 ulps of the float64 values, both sides
+        mid = x > -4  # below, Phi < 3e-5: relative error to 1e-5, then 0 past exp's range
+        np.testing.assert_allclose(y[mid], exact_y[mid], rtol=8e-6, atol=1e-30)
+        np.testing.assert_allclose(y[~mid], exact_y[~mid], rtol=2e-5, atol=1e-37)
+        np.testing.assert_allclose(dx, g * exact_d, rtol=8e-6, atol=1e-6)
+    else:
+        np.testing.assert_allclose(y, exact_y, rtol=1e-13, atol=1e-300)
+        np.testing.assert_allclose(dx, g * exact_d, rtol=1e-12, atol=1e-15)
+    ref_y, ref_dx = _reference(monkeypatch, _gelu_step, x, g)
+    tol = (1e-5, 4e-7) if dtype == np.float32 else (1e-12, 1e-15)  # the reference's 1 + erf
+    np.testing.assert_allclose(y, ref_y, rtol=tol[0], atol=tol[1])
+    np.testing.assert_allclose(dx, ref_dx, rtol=tol[0], atol=tol[1])
+    tx = torch.from_numpy(x.copy()).requires_grad_()
+    ty = torch.nn.functional.gelu(tx)
+    ty.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@numba_only
+def test_gelu_kernel_keeps_nan_and_infinities(monkeypatch):
+    x = np.full(8192, np.nan, np.float32)
+    x[:3] = [np.inf, -np.inf, 0.0]
+    y, dx = _gelu_step(x, np.ones_like(x))
+    with np.errstate(invalid="ignore"):  # numpy warns of its inf * 0
+        ref_y, ref_dx = _reference(monkeypatch, _gelu_step, x, np.ones_like(x))
+    assert y[0] == np.inf and y[2] == 0.0 and np.isnan(y[3:]).all()
+    assert np.isnan(y[1])  # -inf * Phi(-inf) = -inf * 0, as the reference and PyTorch
+    assert dx[2] == 0.5 and np.isnan(dx[3:]).all()
+    np.testing.assert_array_equal(y, ref_y)
+    np.testing.assert_array_equal(dx, ref_dx)  # at +-inf: Phi + inf * 0, NaN in both
+
+
+@numba_only
+def test_gelu_gradient_of_a_sum_takes_the_kernel(monkeypatch):
+    from tapegrad._kernels import gelu as kernel
+
+    seen = []
+    real = kernel.gelu_grad
+    monkeypatch.setattr(kernel, "gelu_grad", lambda g, x: (seen.append(g.flags.c_contiguous),
+                                                           real(g, x))[1])
+    x = np.linspace(-4, 4, 9000, dtype=np.float32)
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        loss = F.gelu(xt).sum()  # its seed reaches gelu's VJP broadcast, not contiguous
+    (dx,) = tape.gradient(loss, [xt])
+    assert seen == [True]
+    _, exact_d = _gelu_exact(x)
+    np.testing.assert_allclose(dx.numpy(), exact_d, rtol=8e-6, atol=1e-6)

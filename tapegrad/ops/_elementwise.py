@@ -509,6 +509,32 @@ def elu(x: Any, alpha: float = 1.0) -> Tensor:
     return where(x > 0, x, expm1(where(x > 0, 0.0, x)) * alpha)
 
 
+def _gelu_fwd(x: Any) -> Any:
+    if _fwd_kernel(x):
+        from .._kernels import gelu as kernel  # noqa: PLC0415
+
+        return kernel.gelu(x)
+    phi = np.add(_special.erf(x * (1.0 / math.sqrt(2.0))), 1.0).astype(x.dtype, copy=False)
+    return np.multiply(x, 0.5, dtype=x.dtype) * phi
+
+
+def _gelu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
+    if (not xp.tensors and g.shape == x.shape and g.size >= 1 << 13 and K.usable(g, x)
+            and x.flags.c_contiguous):
+        from .._kernels import gelu as kernel  # noqa: PLC0415
+
+        # a broadcast seed (the gradient of a sum) is copied: the float64 reference costs more
+        return kernel.gelu_grad(np.ascontiguousarray(g), x)
+    # Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi), in ops a Tensor backward can differentiate
+    phi = (xp.apply(PRIMITIVES["erf"], x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    return g * (phi + x * xp.exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi)))
+
+
+# exact GELU as one op on float tensors: a compiled pass each way (_kernels/gelu.py), float32
+# throughout; the numpy reference computes erf in float64
+_gelu = defprim("gelu", _gelu_fwd, _gelu_vjp, (0,))
+
+
 def gelu(x: Any, approximate: str = "none") -> Tensor:
     """GELU: ``x * Phi(x)`` with the erf form (``approximate='none'``) or the tanh form.
 
@@ -521,7 +547,9 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
         return 0.5 * x * (1.0 + tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    if x.dtype.kind != "f":
+        return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    return apply(_gelu, x)
 
 
 def silu(x: Any) -> Tensor:
