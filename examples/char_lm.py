@@ -146,7 +146,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = nn.Sequential(
-            # the tanh form of GELU: several times cheaper than the erf form on numpy
+            # the tanh form of GELU, as GPT-2 uses
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(approximate="tanh"),
             nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout),
         )
