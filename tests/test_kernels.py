@@ -484,7 +484,7 @@ def test_gelu_kernel_against_float64_the_reference_and_pytorch(monkeypatch, dtyp
 
     monkeypatch.setattr(elementwise, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(5)
-    # every branch: |x / sqrt 2| under 0.9, to 4, past 4, past exp's range; both signs
+    # every branch: |x / sqrt 2| under 0.9, to 6, past 6, past exp's range; both signs
     x = np.concatenate([np.linspace(-14, 10, 6001), rng.standard_normal(4000) * 3]).astype(dtype)
     g = rng.standard_normal(x.shape).astype(dtype)
     calls = []

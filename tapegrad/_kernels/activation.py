@@ -15,7 +15,7 @@ from numba import prange
 
 from .._backend import np
 from . import jit
-from .elementwise import split, two
+from .elementwise import halves, split
 
 U = np.uint64
 
@@ -42,10 +42,7 @@ def _relu_grad_par(g, y, out):  # type: ignore[no-untyped-def]
 def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
     out = np.empty_like(g)
-    if two(out.size):
-        _relu_grad_par(g, y, out)
-    else:
-        _relu_grad(g, y, out, 0, out.size)
+    halves(_relu_grad, _relu_grad_par, out.size, g, y, out)
     return out
 
 
@@ -71,9 +68,5 @@ def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
     """``g if y > 0 else slope * g`` for C-contiguous ``g`` and the saved output ``y`` (positive
     exactly where the input is, for a slope >= 0) of one shape and dtype."""
     out = np.empty_like(g)
-    sl = g.dtype.type(slope)
-    if two(out.size):
-        _leaky_relu_grad_par(g, y, out, sl)
-    else:
-        _leaky_relu_grad(g, y, out, sl, 0, out.size)
+    halves(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g, y, out, g.dtype.type(slope))
     return out

@@ -40,6 +40,15 @@ def two(n: int) -> bool:
     return threads.worth(n, PARALLEL_MIN)
 
 
+def halves(serial: Any, twin: Any, n: int, *args: Any) -> None:
+    """A pass over ``n`` elements: ``twin(*args)`` (the two halves of the flat arrays, one per
+    thread) when it runs on two threads, else ``serial(*args, 0, n)``."""
+    if two(n):
+        twin(*args)
+    else:
+        serial(*args, 0, n)
+
+
 @jit()
 def _relu(x, out, k0, k1):  # type: ignore[no-untyped-def]
     xf = x.reshape(-1)
@@ -61,10 +70,7 @@ def _relu_par(x, out):  # type: ignore[no-untyped-def]
 def relu(x: Any) -> Any:
     """``max(x, 0)`` of a C-contiguous float array, NaN kept."""
     out = np.empty_like(x)
-    if two(x.size):
-        _relu_par(x, out)
-    else:
-        _relu(x, out, 0, x.size)
+    halves(_relu, _relu_par, x.size, x, out)
     return out
 
 
@@ -89,10 +95,7 @@ def _leaky_relu_par(x, out, s):  # type: ignore[no-untyped-def]
 def leaky_relu(x: Any, slope: float) -> Any:
     """``x if x > 0 else slope * x`` of a C-contiguous float array (NaN stays NaN)."""
     out = np.empty_like(x)
-    if two(x.size):
-        _leaky_relu_par(x, out, x.dtype.type(slope))
-    else:
-        _leaky_relu(x, out, x.dtype.type(slope), 0, x.size)
+    halves(_leaky_relu, _leaky_relu_par, x.size, x, out, x.dtype.type(slope))
     return out
 
 

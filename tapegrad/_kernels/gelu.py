@@ -27,7 +27,7 @@ from numba.extending import overload
 
 from .._backend import np
 from . import jit
-from .elementwise import split, two
+from .elementwise import halves, split
 from .softmax import fexp
 
 U = np.uint64
@@ -122,18 +122,12 @@ def _gelu_grad_par(g, x, out):  # type: ignore[no-untyped-def]
 def gelu(x: Any) -> Any:
     """``x * Phi(x)`` of a C-contiguous float array."""
     out = np.empty_like(x)
-    if two(x.size):
-        _gelu_par(x, out)
-    else:
-        _gelu(x, out, 0, x.size)
+    halves(_gelu, _gelu_par, x.size, x, out)
     return out
 
 
 def gelu_grad(g: Any, x: Any) -> Any:
     """``g * (Phi(x) + x * phi'(x))`` for C-contiguous ``g`` and ``x`` of one shape."""
     out = np.empty_like(g)
-    if two(out.size):
-        _gelu_grad_par(g, x, out)
-    else:
-        _gelu_grad(g, x, out, 0, out.size)
+    halves(_gelu_grad, _gelu_grad_par, out.size, g, x, out)
     return out
