@@ -702,7 +702,6 @@ def kernel(p, g, buf, lr, wd, mom, damp, flags):
 """
 
 
-
 def _fits(p: Any, *arrays: Any) -> bool:
     """A loop can update ``p`` (a numpy float array) from these arrays: same shape and dtype,
     all C-contiguous."""

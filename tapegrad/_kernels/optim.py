@@ -3,8 +3,8 @@
 The eager update in ``optim/_adam.py`` is nine numpy passes over the parameter's arrays
 (``m *= beta1``, ``m += (1 - beta1) * g``, ...); this loop does the same operations in the same
 order on each element, with the scalars cast to the parameter's dtype as numpy casts a Python
-number, so the results are equal bit for bit. From ``PARALLEL_MIN`` elements, while numpy's
-BLAS shares numba's threads, the two halves of the flat arrays run on the two threads.
+number, so the results are equal bit for bit. From ``elementwise.PARALLEL_MIN`` elements, while
+numpy's BLAS shares numba's threads, the two halves of the flat arrays run on the two threads.
 Imported only when numba is selected.
 """
 
@@ -16,10 +16,9 @@ from numba import prange
 
 from .._backend import np
 from . import jit
-from .elementwise import split
+from .elementwise import halves, split
 
 U = np.uint64
-PARALLEL_MIN = 1 << 16  # elements from which an update runs on two threads (two halves)
 
 
 @jit(ieee=True)
@@ -68,11 +67,5 @@ def adam(p: Any, g: Any, m: Any, v: Any, lr: float, wd: float, betas: tuple[floa
     """One Adam step in place: ``p``, ``m``, ``v`` updated from ``g`` (``optim.Adam``'s
     arithmetic; ``eps_bc2`` is eps times the square root of beta2's bias correction,
     ``step_size`` the learning rate over beta1's times that square root)."""
-    from . import threads  # noqa: PLC0415
-
-    args = (p, g, m, v, float(lr), float(wd), float(betas[0]), float(betas[1]),
-            float(eps_bc2), float(step_size), bool(coupled), bool(decoupled))
-    if threads.worth(p.size, PARALLEL_MIN):
-        _adam_par(*args)
-    else:
-        _adam(*args, 0, p.size)
+    halves(_adam, _adam_par, p.size, p, g, m, v, float(lr), float(wd), float(betas[0]),
+           float(betas[1]), float(eps_bc2), float(step_size), bool(coupled), bool(decoupled))
