@@ -702,16 +702,6 @@ def kernel(p, g, buf, lr, wd, mom, damp, flags):
 """
 
 
-def _fits(p: Any, *arrays: Any) -> bool:
-    """A loop can update ``p`` (a numpy float array) from these arrays: same shape and dtype,
-    all C-contiguous."""
-    return (
-        type(p) is np.ndarray and p.flags.c_contiguous
-        and all(type(a) is np.ndarray and a.dtype is p.dtype and a.shape == p.shape
-                and a.flags.c_contiguous for a in arrays)
-    )  # fmt: skip
-
-
 _KINDS: dict[Any, bool] = {}  # SGD -> True, Adam and AdamW -> False (filled on first use)
 
 
@@ -725,13 +715,9 @@ def _loops_made() -> bool:
     try:
         from ._kernels import optim as kernel  # noqa: PLC0415
 
-        def adam(p: Any, g: Any, m: Any, v: Any, lr: float, wd: float, b1: float, b2: float,
-                 *rest: Any) -> None:
-            kernel.adam(p, g, m, v, lr, wd, (b1, b2), *rest)
-
         for k, is_sgd in kinds.items():
-            _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd else adam
-                         for d in ("float32", "float64")}
+            _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd
+                         else kernel.adam for d in ("float32", "float64")}
     except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
         _KINDS[None] = False  # no loops: every optimizer keeps update_one
         warnings.warn(
@@ -785,9 +771,8 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
         if loop is None or (not sgd and group["amsgrad"]):
             opt.update_one(p, g, group)
             return
-        lr, wd = group["lr"], group["weight_decay"]
         if sgd:
-            mom = group["momentum"]
+            lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
             flags = 0
             if wd:
                 flags = 2 if group.get("decoupled_weight_decay", False) else 1
@@ -799,26 +784,23 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
                     flags |= 8
             loop(a, g, a if buf is None else buf, lr, wd, mom, group["dampening"], flags)
         else:
-            decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
-            beta1, beta2 = group["betas"]
             st["step"] += 1
-            t = st["step"]
-            bc2_sqrt = math.sqrt(1.0 - beta2**t)
-            loop(a, g, *arrays[1:], lr, wd, beta1, beta2, group["eps"] * bc2_sqrt,
-                 lr / (1.0 - beta1**t) * bc2_sqrt, bool(wd) and not decoupled,
-                 decoupled)  # fmt: skip
+            loop(a, g, *arrays[1:], group, st["step"])
         p._version += 1
 
     return fwd
 
 
 def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
+    """Whether a loop can update the parameter ``arrays[0]`` from ``g`` and its state: numpy
+    float arrays of one shape and dtype, all C-contiguous (``_kernels.optim.fits``)."""
+    from ._kernels import optim as kernel  # noqa: PLC0415
     from .optim._sgd import CHUNK  # noqa: PLC0415
 
     a = arrays[0]
     if sgd and a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
         return False
-    return _fits(a, g, *(x for x in arrays[1:] if x is not None))
+    return kernel.fits(a, g, *(x for x in arrays[1:] if x is not None))
 
 
 _LOOPS: dict[Any, dict[Any, Any]] = {}

@@ -10,6 +10,7 @@ Imported only when numba is selected.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from numba import prange
@@ -62,10 +63,15 @@ def fits(p: Any, *arrays: Any) -> bool:
                     and a.flags.c_contiguous for a in arrays))
 
 
-def adam(p: Any, g: Any, m: Any, v: Any, lr: float, wd: float, betas: tuple[float, float],
-         eps_bc2: float, step_size: float, coupled: bool, decoupled: bool) -> None:
-    """One Adam step in place: ``p``, ``m``, ``v`` updated from ``g`` (``optim.Adam``'s
-    arithmetic; ``eps_bc2`` is eps times the square root of beta2's bias correction,
-    ``step_size`` the learning rate over beta1's times that square root)."""
-    halves(_adam, _adam_par, p.size, p, g, m, v, float(lr), float(wd), float(betas[0]),
-           float(betas[1]), float(eps_bc2), float(step_size), bool(coupled), bool(decoupled))
+def adam(p: Any, g: Any, m: Any, v: Any, group: dict[str, Any], t: int) -> None:
+    """Adam's step ``t`` (from 1) in place: ``p``, ``m``, ``v`` updated from ``g`` with the
+    hyperparameters of the optimizer's ``group`` (``optim.Adam``'s arithmetic, its scalars
+    formed as it forms them: eps and the step size carry beta2's bias correction's square
+    root)."""
+    lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
+    beta1, beta2 = group["betas"]
+    decoupled = bool(wd) and bool(group.get("decoupled_weight_decay", False))
+    bc2_sqrt = math.sqrt(1.0 - beta2**t)
+    halves(_adam, _adam_par, p.size, p, g, m, v, lr, wd, float(beta1), float(beta2),
+           float(group["eps"] * bc2_sqrt), float(lr / (1.0 - beta1**t) * bc2_sqrt),
+           bool(wd) and not decoupled, decoupled)

@@ -99,12 +99,7 @@ class Adam(Optimizer):
             from .._kernels import optim as kernel  # noqa: PLC0415
 
             if kernel.fits(p, g, m, v):  # one compiled pass, the same arithmetic
-                wd = group.get("weight_decay", 0.0)
-                decoupled = bool(wd) and group.get("decoupled_weight_decay", False)
-                bc2_sqrt = math.sqrt(1.0 - beta2**t)
-                kernel.adam(p, g, m, v, lr, wd, (beta1, beta2), eps * bc2_sqrt,
-                            lr / (1.0 - beta1**t) * bc2_sqrt, bool(wd) and not decoupled,
-                            decoupled)
+                kernel.adam(p, g, m, v, group, t)
                 return
         d = self.weight_decay(p, g, group)
         s = self.tmp(p, 1)
