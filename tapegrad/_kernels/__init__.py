@@ -26,8 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from .._backend import np
+from .registry import NotReady, dispatch, register
 
-__all__ = ["numba", "usable", "selection", "cache_dir"]
+__all__ = ["numba", "usable", "selection", "cache_dir", "NotReady", "dispatch", "register"]
 
 _HERE = Path(__file__).resolve().parent
 _state: dict[str, Any] = {"decided": False, "numba": None, "why": ""}
