@@ -356,7 +356,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     """Vector p-norm over ``axis`` (2 by default; all axes when None, which for a matrix is the
     Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, or inf.
 
-    The 2-norm has gradient 0 at 0 (as PyTorch), not NaN.
+    Every p-norm has gradient 0 at 0 (as PyTorch), not NaN or inf.
 
     >>> import tapegrad as tg
     >>> tg.norm(tg.tensor([3.0, 4.0])).item()
@@ -368,20 +368,24 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     x = as_tensor(x)
     if x.dtype.kind not in "fc":
         x = x.astype(default_float())
-    if ord in (None, 2, "fro"):
-        s = sum(x * x, axis=axis, keepdims=keepdims)
-        zero = s == 0
-        if not builtins.bool(zero._data.any()):
-            return sqrt(s)
-        # the double-where keeps d sqrt/ds (infinite at 0) out of the gradient
-        return where(zero, 0.0, sqrt(where(zero, 1.0, s)))
     if ord == 1:
         return sum(_abs(x), axis=axis, keepdims=keepdims)
     if ord in (float("inf"), "inf"):
         return amax(_abs(x), axis=axis, keepdims=keepdims)
-    if isinstance(ord, (int, float)) and ord > 0:
-        return sum(_abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
-    raise ValueError(f"norm: ord {ord!r} is not supported (use 1, 2, a p > 0, inf or 'fro')")
+    if ord in (None, 2, "fro"):
+        s, root = sum(x * x, axis=axis, keepdims=keepdims), sqrt
+    elif isinstance(ord, (int, float)) and ord > 0:
+        s = sum(_abs(x) ** ord, axis=axis, keepdims=keepdims)  # 0 also when |x|^p underflows
+
+        def root(t: Tensor) -> Tensor:
+            return t ** (1.0 / ord)
+    else:
+        raise ValueError(f"norm: ord {ord!r} is not supported (use 1, 2, a p > 0, inf or 'fro')")
+    zero = s == 0
+    if not builtins.bool(zero._data.any()):
+        return root(s)
+    # the double-where keeps d s^(1/p)/ds (infinite at 0) out of the gradient
+    return where(zero, 0.0, root(where(zero, 1.0, s)))
 
 
 def _max_shift_fwd(x: Any, axis: Any) -> Any:
