@@ -152,3 +152,20 @@ def test_warmup_runs_a_program_with_waiting_compilation(tmp_path):
     assert r.stdout.split("\n")[:2] == ["['--steps', '1'] wait", "[0.0]"]
     assert "compiling into" in r.stderr and str(tmp_path / "cache") in r.stderr
     assert any("_relu" in p.name for p in (tmp_path / "cache").rglob("*.nbi"))
+
+
+@numba_only
+def test_processes_sharing_a_cache_compile_each_kernel_once(tmp_path):
+    code = RELU + (
+        "from tapegrad._kernels import runtime\n"
+        "print(elementwise.relu(x).tolist(), len(runtime.COMPILED))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env = {**base, "TAPEGRAD_KERNELS": "", "TAPEGRAD_COMPILE": "wait",
+           "TAPEGRAD_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    counts = [int(out.split()[-1]) for out, _ in outs]
+    assert sorted(counts) == [0, 1], outs  # the second waited on the lock, then loaded

@@ -11,6 +11,8 @@ import pickle
 import sys
 from typing import Any
 
+from .runtime import compile_lock
+
 
 def _kernel(recipe: tuple[str, str, tuple[Any, ...]]) -> Any:
     """The dispatcher a request names: a module-level kernel, or the call that makes one."""
@@ -33,7 +35,9 @@ def main() -> None:
     for line in sys.stdin.buffer:
         rid, recipe, types = pickle.loads(base64.b64decode(line))
         try:
-            _kernel(recipe).compile(types)
+            kernel = _kernel(recipe)
+            with compile_lock(kernel, types):  # another process may have it: load that
+                kernel.compile(types)
             answer = "ok"
         except Exception as e:  # noqa: BLE001 - the asking process compiles it and raises
             answer = f"failed {type(e).__name__}"

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,43 @@ def _first_call(disp: Any, compile_for_args: Any, recipe: Any, args: tuple[Any, 
         if state is None and mode() == "background" and _compiler.submit(recipe, types, key):
             _status[key] = _PENDING
             raise NotReady(disp.__name__)
-    return compile_for_args(*args)
+    with compile_lock(disp, types):  # another process may be compiling it: then load its work
+        entry = _load(disp, types)
+        if entry is None:
+            entry = compile_for_args(*args)
+            COMPILED.append(f"{disp.py_func.__qualname__}{types}")
+        return entry
+
+
+COMPILED: list[str] = []  # the kernels this process compiled itself (not loaded), in order
+
+
+@contextlib.contextmanager
+def compile_lock(disp: Any, types: tuple[Any, ...]) -> Iterator[None]:
+    """Hold the cache folder's lock for one kernel and argument types (POSIX ``flock``), so
+    that processes sharing the cache (test workers, MPI ranks, their compiler processes) compile
+    each kernel once: the second to come waits, then loads the first's work."""
+    try:
+        import fcntl  # noqa: PLC0415 - POSIX; elsewhere each process compiles for itself
+    except ImportError:
+        yield
+        return
+    name = hashlib.blake2b(
+        f"{disp.py_func.__module__}:{disp.py_func.__qualname__}:{types}".encode(), digest_size=10
+    ).hexdigest()
+    folder = os.path.join(cache_dir(), "locks")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        f = open(os.path.join(folder, name), "a+b")  # noqa: SIM115 - held across the yield
+    except OSError:
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 _WARNED: set[str] = set()
