@@ -197,6 +197,8 @@ def test_chunk_bounds_cover_the_range_in_order_cut_at_the_alignment():
 # parallel form forced at any size: the same bits, except where a sum splits across threads
 # (layer norm's weight and bias gradients, the direct convolution's weight gradient)
 _AT_THREAD_COUNTS = """
+import warnings
+warnings.simplefilter("error")  # a kernel numba cannot cache, say
 import numpy as np
 import tapegrad as tg
 from tapegrad._kernels import (activation, attention, attention_heads, batchnorm, conv,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .elementwise import ALIGN, run
 
 U = np.uint64
@@ -34,7 +34,7 @@ def _relu_grad(g, y, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _relu_grad_par(g, y, out):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(out.size, p, i, ALIGN)
         _relu_grad(g, y, out, k0, k1)
@@ -59,7 +59,7 @@ def _leaky_relu_grad(g, y, out, s, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _leaky_relu_grad_par(g, y, out, s):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(out.size, p, i, ALIGN)
         _leaky_relu_grad(g, y, out, s, k0, k1)

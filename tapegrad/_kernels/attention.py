@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .softmax import as_int, fexp, flat_max, flat_sum
 
 U = np.uint64
@@ -107,7 +107,7 @@ def mask_strides(mask: Any) -> tuple[Any, Any]:
 @jit(parallel=True)
 def _softmax_rows_par(s, mf, ms, scale):  # type: ignore[no-untyped-def]
     """``_softmax_rows`` of the (batch, head) blocks in chunks, one per thread."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         r0, r1 = bounds(s.shape[0] * s.shape[1], p, i, 1)
         _softmax_rows(s, mf, ms, scale, r0, r1)
@@ -116,7 +116,7 @@ def _softmax_rows_par(s, mf, ms, scale):  # type: ignore[no-untyped-def]
 @jit(parallel=True)
 def _score_grad_rows_par(p, dp, g, out, scale, dmask):  # type: ignore[no-untyped-def]
     """``_score_grad_rows`` of the (batch, head) blocks in chunks, one per thread."""
-    parts = get_num_threads()
+    parts = num_threads()
     for i in prange(parts):
         r0, r1 = bounds(p.shape[0] * p.shape[1], parts, i, 1)
         _score_grad_rows(p, dp, g, out, scale, dmask, r0, r1)

@@ -27,11 +27,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit, numba
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .softmax import fexp
 
 U = np.uint64
@@ -196,7 +196,7 @@ def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1):  # type: ignore[no-
 
 @jit(parallel=True, fastmath={"contract"})
 def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
         _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1)
@@ -249,7 +249,7 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1):  # ty
 
 @jit(parallel=True, fastmath={"contract"})
 def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
         _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 
 U = np.uint64
 PARALLEL_MIN = 1 << 16  # elements from which a pass runs on several threads
@@ -226,7 +226,7 @@ def _vec(a: Any, dtype: Any) -> Any:
 
 @jit(parallel=True)
 def _fwd_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
         _fwd(x, w, b, eps, out, stats, c0, c1)
@@ -234,7 +234,7 @@ def _fwd_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _fwd_small_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
         _fwd_small(x, w, b, eps, out, stats, c0, c1)
@@ -242,7 +242,7 @@ def _fwd_small_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
         _bwd(g, x, w, eps, gx, gwb, c0, c1)
@@ -250,7 +250,7 @@ def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _bwd_small_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
         _bwd_small(g, x, w, eps, gx, gwb, c0, c1)
@@ -305,7 +305,7 @@ def _all_stats(x, stats, c0, c1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _all_stats_par(x, stats):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
         _all_stats(x, stats, c0, c1)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 
 U = np.uint64
 
@@ -196,7 +196,7 @@ def _channel_sum(g, out, o0, o1):  # type: ignore[no-untyped-def]
 @jit(parallel=True)
 def _channel_sum_par(g, out):  # type: ignore[no-untyped-def]
     """``_channel_sum`` of the channels in chunks, one per thread (the same bits)."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         o0, o1 = bounds(g.shape[1], p, i, 1)
         _channel_sum(g, out, o0, o1)

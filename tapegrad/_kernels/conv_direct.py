@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 
 U = np.uint64
 LANE = 16  # runs are multiples of this: no scalar remainder loop
@@ -325,7 +325,7 @@ def _place_wide_hw(g, n0, nb, gw, hp, wp):  # type: ignore[no-untyped-def]
 @jit(parallel=True, fastmath={"contract"})
 def _fwd_par(x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
     """``_fwd`` over the batch in chunks of samples, one per thread."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         n0, n1 = bounds(x.shape[0], p, i, 1)
         _fwd(n0, n1, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups)

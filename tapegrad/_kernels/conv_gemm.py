@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .conv import _pack
 
 U = np.uint64
@@ -266,7 +266,7 @@ SCATTER_ROWS = 64
 
 @jit(parallel=True)
 def _nhwc_par(x, xt, pt, pl):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(xt.shape[0] * xt.shape[1] * xt.shape[2], p, i, 1)
         _nhwc_rows(x, xt, pt, pl, i0, i1)
@@ -274,7 +274,7 @@ def _nhwc_par(x, xt, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _gather_par(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(xt.shape[0] * xt.shape[1] * ho, p, i, 1)
         _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
@@ -282,7 +282,7 @@ def _gather_par(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-un
 
 @jit(parallel=True)
 def _scatter_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(gt.shape[0], p, i, 1)
         _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
@@ -290,7 +290,7 @@ def _scatter_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-u
 
 @jit(parallel=True)
 def _scatter_rows_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(gt.shape[0] * gt.shape[1] * gt.shape[2], p, i, 1)
         _scatter_rows(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
@@ -298,7 +298,7 @@ def _scatter_rows_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore
 
 @jit(parallel=True)
 def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(out.shape[0] * out.shape[1], p, i, 1)
         _nchw_k(gt, out, pt, pl, i0, i1)
@@ -306,7 +306,7 @@ def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _unpack_t_par(y, b, out):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         i0, i1 = bounds(out.shape[0] * out.shape[1], p, i, 1)
         _unpack_t_k(y, b, out, i0, i1)

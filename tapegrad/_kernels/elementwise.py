@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 
 U = np.uint64
 PARALLEL_MIN = 1 << 16  # elements from which an activation runs on several threads
@@ -59,7 +59,7 @@ def _relu(x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _relu_par(x, out):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(x.size, p, i, ALIGN)
         _relu(x, out, k0, k1)
@@ -84,7 +84,7 @@ def _leaky_relu(x, out, s, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _leaky_relu_par(x, out, s):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(x.size, p, i, ALIGN)
         _leaky_relu(x, out, s, k0, k1)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from numba import get_num_threads, prange, types
+from numba import prange, types
 from numba.extending import overload
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .elementwise import ALIGN, run
 from .softmax import fexp
 
@@ -94,7 +94,7 @@ def _gelu(x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _gelu_par(x, out):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(x.size, p, i, ALIGN)
         _gelu(x, out, k0, k1)
@@ -114,7 +114,7 @@ def _gelu_grad(g, x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _gelu_grad_par(g, x, out):  # type: ignore[no-untyped-def]
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         k0, k1 = bounds(out.size, p, i, ALIGN)
         _gelu_grad(g, x, out, k0, k1)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .softmax import flat_sum
 
 U = np.uint64
@@ -113,7 +113,7 @@ def _vec(a: Any, dtype: Any) -> Any:
 @jit(parallel=True)
 def _ln_fwd_par(x, w, b, y, eps):  # type: ignore[no-untyped-def]
     """``_ln_fwd`` of the rows in chunks, one per thread."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         r0, r1 = bounds(x.shape[0], p, i, ROWS)
         _ln_fwd(x, w, b, y, eps, r0, r1)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 from .elementwise import ALIGN, run
 
 U = np.uint64
@@ -48,7 +48,7 @@ def _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, k0
 
 @jit(parallel=True)
 def _adam_par(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled):  # type: ignore[no-untyped-def]
-    parts = get_num_threads()
+    parts = num_threads()
     for i in prange(parts):
         k0, k1 = bounds(p.size, parts, i, ALIGN)
         _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, k0, k1)

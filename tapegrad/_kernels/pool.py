@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import get_num_threads, prange
+from numba import prange
 
 from .._backend import np
 from . import jit
-from .chunks import bounds
+from .chunks import bounds, num_threads
 
 U = np.uint64
 PARALLEL_MIN = 1 << 16  # input elements from which a pass runs on several threads
@@ -102,7 +102,7 @@ def fits(geom: Any) -> bool:
 @jit(parallel=True)
 def _max4_par(x, out):  # type: ignore[no-untyped-def]
     """``_max4`` of the planes in chunks, one per thread."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
         _max4(x, out, p0, p1)
@@ -111,7 +111,7 @@ def _max4_par(x, out):  # type: ignore[no-untyped-def]
 @jit(parallel=True)
 def _max4_grad_par(g, x, out, dx):  # type: ignore[no-untyped-def]
     """``_max4_grad`` of the planes in chunks, one per thread."""
-    p = get_num_threads()
+    p = num_threads()
     for i in prange(p):
         p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
         _max4_grad(g, x, out, dx, p0, p1)

@@ -30,11 +30,12 @@ import sys
 import threading
 from typing import Any
 
-from numba import get_num_threads, prange, set_num_threads
+from numba import prange
 
 from .. import _threads
 from .._backend import np
 from . import jit, numba
+from .chunks import num_threads, set_num_threads
 
 _state: dict[str, Any] = {"pid": None, "on": False, "why": "not installed"}
 _lock = threading.Lock()
@@ -75,7 +76,7 @@ call_job = _intrinsic()
 def _run_jobs(fn, numjobs, elsize, jobdata, arg):  # type: ignore[no-untyped-def]
     # a product's jobs wait on each other: each needs a thread, whatever the calling thread's
     # mask (numjobs is at most OpenBLAS's threads, at most numba's)
-    mask = get_num_threads()
+    mask = num_threads()
     if mask < numjobs:
         set_num_threads(numjobs)
     for i in prange(numjobs):
