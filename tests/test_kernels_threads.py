@@ -334,3 +334,19 @@ def _run(code, timeout=600, **env):
 def test_every_parallel_kernel_gives_the_same_results_at_1_2_and_3_threads():
     out = _run(_AT_THREAD_COUNTS, NUMBA_NUM_THREADS="3", OMP_NUM_THREADS=None)
     assert out[0] == "ok" and int(out[1]) >= 28
+
+
+_LOW_MASK = """
+import numba, numpy as np
+from tapegrad._kernels import threads
+assert threads.active(), threads.describe()
+a = np.ones((768, 768), np.float32)
+numba.set_num_threads(1)  # this Python thread's mask below OpenBLAS's threads
+print(float((a @ a)[0, 0]), numba.get_num_threads())
+"""
+
+
+def test_products_finish_when_the_calling_threads_numba_count_is_below_blas():
+    # a product's jobs wait on each other: on one thread they would never finish
+    env = {"NUMBA_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": None}
+    assert _run(_LOW_MASK, timeout=120, **env) == ["768.0", "1"]

@@ -12,14 +12,19 @@ kernel took 0.40 ms right after a GEMM; the products themselves ran at OpenBLAS'
 (within noise, 128 to 4096 wide).
 
 ``active()`` installs it on first use and says whether parallel kernels may run (``worth``
-asks that for a call of a given size): numba's
+asks that for a call of a given size, and says no when the kernels have one thread): numba's
 threading layer is ``omp`` or ``tbb`` (the ``workqueue`` layer cannot run parallel regions
 from several threads at once), numpy's BLAS is an OpenBLAS with the callback, more than one
 core, OpenBLAS's threads no more than numba's (a product's jobs wait on each other, so each
-needs a thread of its own), and ``TAPEGRAD_SHARED_POOL`` is not ``0``. Otherwise kernels stay
-serial and OpenBLAS keeps its threads. A forked child gets OpenBLAS's own threads back and
-serial kernels (GNU OpenMP, behind numba's ``omp`` layer, does not survive a fork).
-Imported only when numba is selected.
+needs a thread of its own: the callback raises the calling thread's numba mask to the number
+of jobs for the product's duration), and ``TAPEGRAD_SHARED_POOL`` is not ``0``. Otherwise
+kernels stay serial and OpenBLAS keeps its threads. A forked child gets OpenBLAS's own threads
+back and serial kernels (GNU OpenMP, behind numba's ``omp`` layer, does not survive a fork).
+
+``count()`` is the kernels' thread count (``tg.get_num_threads()``); ``set_threads`` (behind
+``tg.set_num_threads``) sets it and OpenBLAS's together, for every Python thread: numba's own
+count is per thread, so each sets its mask on its next kernel after a change. Imported only
+when numba is selected.
 """
 
 from __future__ import annotations
