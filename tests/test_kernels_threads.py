@@ -200,7 +200,9 @@ _AT_THREAD_COUNTS = """
 import warnings
 warnings.simplefilter("error")  # a kernel numba cannot cache, say
 import numpy as np
+from numba import njit
 import tapegrad as tg
+from tapegrad._kernels.chunks import num_threads
 from tapegrad._kernels import (activation, attention, attention_heads, batchnorm, conv,
                                conv_direct, conv_gemm, elementwise, gelu, layernorm, optim, pool,
                                threads)
@@ -308,6 +310,7 @@ got = {}
 for k in (1, 2, 3):
     tg.set_num_threads(k)
     assert tg.get_num_threads() == k and threads.worth(1, 0) == (k > 1)
+    assert njit(lambda: num_threads())() == k  # the chunks compiled code makes
     got[k] = {name: flat(fn()) for name, fn in {**CASES, **SUMS}.items()}
 for k in (2, 3):
     for name in CASES:
