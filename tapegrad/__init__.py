@@ -79,6 +79,7 @@ from ._dtypes import (
 from ._functional import grad, value_and_grad
 from ._io import load, load_checkpoint, save, save_checkpoint
 from ._tensor import Parameter, Tensor, is_tensor
+from ._threads import get_num_threads, set_num_threads
 from ._version import __version__
 from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
