@@ -90,7 +90,7 @@ def test_the_pipeline_runs_on_the_cpu(tmp_path: Path) -> None:
     assert "| layers | 12/12 pass |" in text
     assert "| training | 3/3 pass |" in text
     assert "| timing | 3/3 pass |" in text
-    for name in ("multimodal (CLIP on digits)", "DCGAN (64x64, batch 4)", "nanoGPT-sized"):
+    for name in ("multimodal (CLIP on digits)", "DCGAN (64x64, ngf 8, batch 4)", "nanoGPT-sized"):
         assert text.count(name) == 2, name  # one timing row, one training row
     assert "error" not in text and "fail" not in text
 
@@ -111,6 +111,7 @@ def _results() -> dict[str, Any]:
             {"name": "dcgan", "status": "error on cuda: TypeError: x"}]},
         "timing": {"rounds": 5, "per": 3, "rows": [
             {"name": "multimodal (CLIP on digits)", "params": 78849, "tapegrad_ms": 4.0,
+             "losses": [2.7, 2.5, 2.0],
              "torch_ms": 3.0, "ratio": 0.75, "tapegrad_mib": 120.0, "torch_mib": 80.0,
              "status": "measured"},
             {"name": "nanogpt", "status": "not run (time budget)"}]},
@@ -133,9 +134,9 @@ def test_report_structure(tmp_path: Path) -> None:
     ]
     assert "| op table | 1/3 pass, 1 not run (time budget) |" in text
     assert "| layers | error: ImportError: no module at gpu_check.py:1 |" in text
-    assert ("| multimodal (CLIP on digits) | 78849 | 4.0 | 3.0 | 0.75 | 120 | 80 | measured |"
-            in text)
-    assert "| nanogpt | n/a | n/a | n/a | n/a | n/a | n/a | not run (time budget) |" in text
+    assert ("| multimodal (CLIP on digits) | 78849 | 2.7000, 2.0000 | 4.0 | 3.0 | 0.75 | 120 | 80 "
+            "| measured |" in text)
+    assert "| nanogpt | n/a | n/a | n/a | n/a | n/a | n/a | n/a | not run (time budget) |" in text
     assert "| multimodal (CLIP on digits) | 2.7000, 1.9000 | 2.7000, 1.9000 | pass |" in text
     assert "| dcgan | n/a | n/a | error on cuda: TypeError: x |" in text
     # failing op rows are listed, with table pipes escaped; passing ones are not
@@ -143,7 +144,7 @@ def test_report_structure(tmp_path: Path) -> None:
     assert "| add-same |" not in text
     for ln in text.splitlines():  # every table row has its header's column count
         if ln.startswith("| ") and not ln.startswith("| ---"):
-            assert ln.count("|") in (3, 5, 9), ln
+            assert ln.count("|") in (3, 5, 10), ln
 
 
 def test_close_describes_the_worst_element() -> None:
