@@ -8,7 +8,7 @@ lists do. Every cast is a recorded ``astype``, so gradients reach float32 parame
 The low-precision product: on the CPU (and for bfloat16, which CuPy lacks) the inputs are rounded
 to the low dtype, multiplied in float32 and the result rounded: float32 accumulation, the same
 numbers as a bfloat16 GEMM that accumulates in float32, through the float32 kernels. On the GPU,
-float16 runs natively (cuBLAS accumulates float16 GEMMs in float32).
+float16 runs natively (cuBLAS accumulates float16 GEMMs in float32); CuPy has no bfloat16.
 """
 
 from __future__ import annotations
@@ -121,6 +121,11 @@ def _run_low(fn: Callable[..., Any], low: Any, args: Any, kwargs: Any) -> Any:
     if not floats or any(a._data.dtype == D.float64 for a in floats):
         return _run_off(fn, args, kwargs)  # float64 is never autocast (PyTorch)
     on_gpu = any(a.device == "cuda" for a in floats)
+    if on_gpu and low != D.float16:
+        raise TypeError(
+            f"autocast({low}) on device 'cuda': CuPy has no bfloat16 arrays; use "
+            "tg.autocast(tg.float16) with tg.amp.GradScaler on the GPU"
+        )
     lowered = _map(lambda a: _cast(a, low) if _float(a) else a, args, kwargs)
     if on_gpu and low == D.float16:  # the fast path: CuPy runs float16 GEMMs natively
         return _run_off(fn, *lowered)
@@ -130,7 +135,11 @@ def _run_low(fn: Callable[..., Any], low: Any, args: Any, kwargs: Any) -> Any:
 
 
 def lower(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an op that autocast runs in the low dtype (matmul, linear, conv, attention)."""
+    """Mark an op that autocast runs in the low dtype (matmul, linear, conv, attention).
+
+    The decorated function runs with autocast off inside, so the ops it calls are not cast
+    again; outside autocast it costs one extra call.
+    """
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
