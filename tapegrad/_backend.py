@@ -38,8 +38,13 @@ def normalize_device(device: Any) -> str:
     d = str(device)
     if d == "cpu":
         return "cpu"
-    if d in {"cuda", "gpu"} or d.startswith("cuda:"):
+    if d in {"cuda", "gpu", "cuda:0"}:
         return "cuda"
+    if d.startswith("cuda:"):  # would silently run on GPU 0: say so instead
+        raise ValueError(
+            f"device {device!r}: tapegrad uses one GPU, CuPy's current device ('cuda' or "
+            "'cuda:0'); choose the GPU with CUDA_VISIBLE_DEVICES or cupy.cuda.Device(n).use()"
+        )
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
 
 

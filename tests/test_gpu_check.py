@@ -156,3 +156,41 @@ def test_close_describes_the_worst_element() -> None:
     assert gc.close(np.array([1.0, 2.0]), np.array([1.0, 2.5]), (1e-6, 0)) == (
         "1/2 differ, e.g. 2 vs 2.5")
     assert gc.close(np.array([1, 2]), np.array([1, 3]), (0, 0)) == "integer results differ"
+
+
+# -- the CuPy backend's CPU-visible rules ------------------------------------------------------
+def test_normalize_device_names() -> None:
+    from tapegrad import _backend as B
+
+    assert [B.normalize_device(d) for d in (None, "cpu", "cuda", "gpu", "cuda:0")] == [
+        "cpu", "cpu", "cuda", "cuda", "cuda"]
+    with pytest.raises(ValueError, match=r"device 'cuda:1': tapegrad uses one GPU"):
+        B.normalize_device("cuda:1")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        B.normalize_device("tpu")
+
+
+def test_backend_recognises_cupy_arrays_made_before_it_imported_cupy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    import numpy as np
+
+    from tapegrad import _backend as B
+
+    fake = types.ModuleType("cupy")
+
+    class ndarray:  # noqa: N801  (CuPy's name)
+        pass
+
+    ndarray.__module__ = "cupy._core.core"
+    fake.ndarray = ndarray  # type: ignore[attr-defined]
+    fake.asnumpy = lambda a: np.zeros(2)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(B, "_cupy", None)
+    a = ndarray()
+    assert B.is_array(a) and B.device_of(a) == "cuda" and B.xp_of(a) is fake
+    assert B._cupy is fake  # imported on sight of the array
+    assert B.to_device(a, "cpu").tolist() == [0.0, 0.0]
+    assert B.xp_of(np.ones(2)) is np and not B.is_array([1.0])
