@@ -89,9 +89,11 @@ def test_the_pipeline_runs_on_the_cpu(tmp_path: Path) -> None:
     assert "| op table | 12/12 pass |" in text
     assert "| layers | 12/12 pass |" in text
     assert "| training | 3/3 pass |" in text
-    assert "| timing | 3/3 pass |" in text
-    for name in ("multimodal (CLIP on digits)", "DCGAN (64x64, ngf 8, batch 4)", "nanoGPT-sized"):
+    assert "| timing | 4/4 pass |" in text
+    for name in ("multimodal (CLIP on digits)", "DCGAN (64x64, ngf 8, batch 4)",
+                 "nanoGPT-sized (1x16, T=8, B=2) |"):
         assert text.count(name) == 2, name  # one timing row, one training row
+    assert "nanoGPT-sized (1x16, T=8, B=2), autocast(bfloat16) |" in text
     assert "error" not in text and "fail" not in text
 
 

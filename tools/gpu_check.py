@@ -12,7 +12,8 @@ In one run, each part under its share of --budget seconds (360: the run fits 8 m
   3. training: the flagship example's model (examples/multimodal.py), DCGAN (examples/dcgan.py)
      and a nanoGPT-sized GPT (examples/char_lm.py), a few steps on the device and on the CPU
      from the same weights: the loss must fall on both;
-  4. timing: one training step of each of the three against PyTorch eager on the same device
+  4. timing: one training step of each of the three (and the GPT under float16 autocast)
+     against PyTorch eager on the same device
      (median of rounds; ratio = PyTorch's time / tapegrad's, 1.0 is parity) and peak memory
      (CuPy's memory pool, torch.cuda.max_memory_allocated).
 Without CuPy or without a GPU it prints one line and exits 0.
@@ -581,7 +582,33 @@ def _torch_gpt(cfg: Any, vocab: int, xi: np.ndarray, yi: np.ndarray,
     return step
 
 
+def nanogpt_autocast(device: str, tdev: str | None, size: str) -> Workload:
+    """The GPT's step under autocast: float16 on the GPU (the fast path), bfloat16 on the CPU;
+    PyTorch under its autocast with the same dtype."""
+    import torch  # noqa: PLC0415
+
+    import tapegrad as tg  # noqa: PLC0415
+
+    w = nanogpt(device, tdev, size)
+    low, tlow = (tg.float16, torch.float16) if device == "cuda" else (tg.bfloat16, torch.bfloat16)
+    tg_step, torch_step = w.tg_step, w.torch_step
+
+    def step() -> float:
+        with tg.autocast(low):
+            return tg_step()
+
+    def tstep() -> float:
+        assert torch_step is not None
+        with torch.autocast("cuda" if tdev == "cuda" else "cpu", dtype=tlow):
+            return torch_step()
+
+    w.name = f"{w.name}, autocast({low})"
+    w.tg_step, w.torch_step = step, None if torch_step is None else tstep
+    return w
+
+
 WORKLOADS = [multimodal, dcgan, nanogpt]
+TIMED = [*WORKLOADS, nanogpt_autocast]
 
 
 def run_training(device: str, deadline: float, tiny: bool) -> dict[str, Any]:
@@ -645,7 +672,7 @@ def run_timing(device: str, deadline: float, tiny: bool) -> dict[str, Any]:
     tdev = torch_device(device)
     rounds, per = (2, 1) if tiny else (5, 3)
     rows = []
-    for make in WORKLOADS:
+    for make in TIMED:
         row: dict[str, Any] = {"name": make.__name__}
         if time.perf_counter() > deadline:
             row["status"] = "not run (time budget)"
