@@ -410,3 +410,25 @@ def test_float16_training_with_grad_scaler_recovers_from_overflow() -> None:
     assert skipped >= 1 and scaler.get_scale() < 2.0**24
     assert all(np.isfinite(p.numpy()).all() for p in model.parameters())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_transformer_layer_under_autocast_matches_float32() -> None:
+    # attention's own primitives and GELU get bfloat16 arrays from the lowered projections
+    tg.manual_seed(0)
+    layer = tg.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                          activation="gelu")
+    x = tg.tensor(_rng().standard_normal((3, 7, 32)).astype(np.float32))
+    pad = tg.tensor(np.array([[False] * 7, [False] * 5 + [True] * 2, [False] * 6 + [True]]))
+
+    def run(on: bool) -> tuple[tg.Tensor, dict[str, np.ndarray]]:
+        with tg.Tape() as tape, tg.autocast(tg.bfloat16, enabled=on):
+            y = layer(x, src_key_padding_mask=pad)
+            loss = (y.astype(tg.float32) ** 2).mean()
+        return y, tape.gradient(loss, layer).named(layer)
+
+    (y32, g32), (ylow, glow) = run(False), run(True)
+    assert y32.dtype == tg.float32 and ylow.dtype == tg.float32  # the last op is layer_norm
+    assert _rel_err(ylow.numpy(), y32.numpy()) < 0.02
+    for k in g32:
+        assert glow[k].dtype == np.float32
+        assert _rel_err(glow[k], g32[k]) < 0.05, k
