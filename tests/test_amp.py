@@ -432,3 +432,27 @@ def test_transformer_layer_under_autocast_matches_float32() -> None:
     for k in g32:
         assert glow[k].dtype == np.float32
         assert _rel_err(glow[k], g32[k]) < 0.05, k
+
+
+def test_compiled_step_with_autocast_inside_equals_eager() -> None:
+    x = tg.tensor(_rng().standard_normal((32, 8)).astype(np.float32))
+    y = tg.tensor(_rng().integers(0, 3, 32))
+
+    def make() -> tuple[tg.nn.Module, tg.optim.SGD]:
+        tg.manual_seed(0)
+        m = tg.nn.Sequential(tg.nn.Linear(8, 16), tg.nn.ReLU(), tg.nn.Linear(16, 3))
+        return m, tg.optim.SGD(m.parameters(), lr=0.1)
+
+    def body(m: tg.nn.Module, opt: tg.optim.SGD) -> tg.Tensor:
+        with tg.Tape() as tape, tg.autocast(tg.bfloat16):
+            loss = F.cross_entropy(m(x), y)
+        opt.step(tape.gradient(loss, m))
+        return loss
+
+    m1, o1 = make()
+    eager = [body(m1, o1).item() for _ in range(4)]
+    m2, o2 = make()
+    step = tg.compile(lambda: body(m2, o2))
+    compiled = [step().item() for _ in range(4)]
+    assert compiled == eager
+    assert eager[-1] < eager[0]
