@@ -23,6 +23,7 @@ PAGES = {
     "testing": ("tapegrad.testing", "The gradient checker."),
     "distributed": ("tapegrad.distributed", "Data-parallel training on several processes (MPI)."),
     "linalg": ("tapegrad.linalg", "numpy.linalg with gradients, and the matrix products."),
+    "amp": ("tapegrad.amp", "Mixed precision: autocast and the gradient scaler."),
 }
 SKIP = {"annotations"}
 

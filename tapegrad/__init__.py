@@ -8,11 +8,15 @@
 [2.0, -4.0]
 """
 
+from typing import Any
+
 from . import (
+    _dtypes,
     _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
     _numpy_api,  # noqa: F401  (numpy functions on Tensors run tapegrad's ops)
+    amp,
     data,
     distributed,
     linalg,
@@ -20,6 +24,7 @@ from . import (
     optim,
     testing,
 )
+from ._amp import autocast
 from ._anomaly import AnomalyError, detect_anomaly
 from ._autodiff import (
     Gradients,
@@ -90,3 +95,9 @@ detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
 float, double, long = float32, float64, int64  # noqa: A001  (PyTorch's dtype names)
 int = int32  # noqa: A001
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bfloat16":  # lazily: `import tapegrad` does not import ml_dtypes
+        return _dtypes.bfloat16_dtype()
+    raise AttributeError(f"module 'tapegrad' has no attribute {name!r}")

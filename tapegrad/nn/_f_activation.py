@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import _backend as B
 from .. import _creation
+from .._amp import upper
 from .._autodiff import apply, nondiff
 from .._backend import np
 from .._dtypes import as_dtype
@@ -182,6 +183,7 @@ def _cast(x: Any, dtype: Any, op: str) -> Tensor:
     return x
 
 
+@upper
 def softmax(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``; ``dtype`` casts the input first.
 
@@ -194,12 +196,14 @@ def softmax(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any
     return SM.softmax(x, axis=_softmax_dim(x, dim, "softmax"))
 
 
+@upper
 def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     """``softmax(-x)`` along ``dim``."""
     x = _cast(input, dtype, "softmin")
     return SM.softmax(-x, axis=_softmax_dim(x, dim, "softmin"))
 
 
+@upper
 def log_softmax(
     input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None
 ) -> Tensor:

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from .. import _kernels as K
+from .._amp import lower
 from .._autodiff import OUT, Joint, apply, defprim, is_recomputing
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
@@ -232,6 +233,7 @@ def _safe_softmax(s: Tensor) -> Tensor:
     return e / E.where(pos, den, 1.0)
 
 
+@lower
 def scaled_dot_product_attention(
     query: Any,
     key: Any,

@@ -22,6 +22,7 @@ import math
 from typing import Any, NamedTuple
 
 from .. import _kernels as K
+from .._amp import lower
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
@@ -535,6 +536,7 @@ def _as_batched(x: Tensor, nd: int) -> tuple[Tensor, bool]:
     return x, False
 
 
+@lower
 def conv2d(
     input: Any,
     weight: Any,
@@ -593,6 +595,7 @@ def conv2d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv1d(
     input: Any,
     weight: Any,
@@ -625,6 +628,7 @@ def conv1d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv_transpose2d(
     input: Any,
     weight: Any,
@@ -689,6 +693,7 @@ def conv_transpose2d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv_transpose1d(
     input: Any,
     weight: Any,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _kernels as K
+from .._amp import lower
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
@@ -66,6 +67,7 @@ def _linear_vjp_b(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
 LINEAR = defprim("nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1))
 
 
+@lower
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     """``input @ weight.T + bias`` with ``weight`` (out_features, in_features), as PyTorch.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _kernels as K
+from .._amp import upper
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._tensor import Tensor
@@ -72,6 +73,7 @@ def _float(x: Tensor) -> Tensor:
     return x if x.dtype.kind in "fc" else x.astype(default_float())
 
 
+@upper
 def softmax(x: Any, axis: int = -1) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``axis``.
 
@@ -83,6 +85,7 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
     return apply(_SOFTMAX, x, axis=check_axis(axis, x.ndim, "softmax"))
 
 
+@upper
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``, stable for large logits.
 
