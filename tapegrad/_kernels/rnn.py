@@ -125,3 +125,171 @@ def lstm_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse:
     dh0, dc0 = np.empty_like(h0), np.empty_like(c0)
     _lstm_bwd(fn, g.dtype.type(1), g, ws, c0, w_hh, bool(reverse), dgates, dh0, dc0)
     return dgates, dh0, dc0
+
+
+# ------------------------------------------------------------------------------------ GRU
+
+
+@jit(ieee=True)
+def _gru_fwd(fn, one, gi, h0, w_hh, b, reverse, y, ws):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = gi.shape
+    n_h = n_g // 3
+    two = one + one
+    h = h0.copy()
+    gh = np.empty((n_b, n_g), gi.dtype)
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        # gh = h @ w_hh^T
+        call_gemm(fn, NO_TRANS, TRANS, n_b, n_g, n_h, one, _ptr(h, 0), n_h,
+                  _ptr(w_hh, 0), n_h, _ptr(gh, 0), n_g)
+        for n in range(n_b):
+            a, p, x, hr, yr = ws[t, n], gh[n], gi[t, n], h[n], y[t, n]
+            for j in range(2 * n_h):  # r, z
+                a[j] = one / (one + fexp(-(x[j] + (p[j] + b[j]))))
+            for j in range(n_h):
+                hn = p[2 * n_h + j] + b[2 * n_h + j]
+                nn = two / (one + fexp(-two * (a[j] * hn + x[2 * n_h + j]))) - one
+                a[2 * n_h + j] = nn
+                a[3 * n_h + j] = hn
+                hr[j] = (hr[j] - nn) * a[n_h + j] + nn  # (1 - z) n + z h
+                yr[j] = hr[j]
+
+
+@jit(ieee=True)
+def _gru_bwd(fn, one, g, y, ws, h0, w_hh, reverse, dgi, dgh, dh0):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = dgi.shape
+    n_h = n_g // 3
+    dh = np.zeros_like(dh0)
+    direct = np.empty_like(dh0)
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        tp = t + 1 if reverse else t - 1
+        for n in range(n_b):
+            hp = h0[n] if s == steps - 1 else y[tp, n]
+            a = ws[t, n]
+            for j in range(n_h):
+                dhv = g[t, n, j] + dh[n, j]
+                r = a[j]
+                z = a[n_h + j]
+                nn = a[2 * n_h + j]
+                dpn = dhv * (one - z) * (one - nn * nn)
+                dpr = dpn * a[3 * n_h + j] * (r * (one - r))
+                dpz = dhv * (hp[j] - nn) * (z * (one - z))
+                dgi[t, n, j] = dpr
+                dgi[t, n, n_h + j] = dpz
+                dgi[t, n, 2 * n_h + j] = dpn
+                dgh[t, n, j] = dpr
+                dgh[t, n, n_h + j] = dpz
+                dgh[t, n, 2 * n_h + j] = dpn * r
+                direct[n, j] = dhv * z
+        # dh = dgh[t] @ w_hh + dh' z
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_g, one, _ptr(dgh, t * n_b * n_g), n_g,
+                  _ptr(w_hh, 0), n_h, _ptr(dh, 0), n_h)
+        dh += direct
+    dh0[:, :] = dh
+
+
+def gru_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._gru_seq``'s kernel: the states (T, B, H) and the workspace."""
+    fn = _gemm(gi.dtype)
+    steps, n_b, n_g = gi.shape
+    y = np.empty((steps, n_b, n_g // 3), gi.dtype)
+    ws = np.empty((steps, n_b, 4 * (n_g // 3)), gi.dtype)
+    b = np.zeros(n_g, gi.dtype) if b_hh is None else b_hh
+    _gru_fwd(fn, gi.dtype.type(1), gi, h0, w_hh, b, bool(reverse), y, ws)
+    return y, ws
+
+
+def gru_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._gru_seq_grad``'s kernel: the gradients of gi and of the hidden projection
+    (T, B, 3H), and dh0."""
+    fn = _gemm(g.dtype)
+    steps, n_b, _ = ws.shape
+    dgi = np.empty((steps, n_b, w_hh.shape[0]), g.dtype)
+    dgh = np.empty_like(dgi)
+    dh0 = np.empty_like(h0)
+    _gru_bwd(fn, g.dtype.type(1), g, y, ws, h0, w_hh, bool(reverse), dgi, dgh, dh0)
+    return dgi, dgh, dh0
+
+
+# ------------------------------------------------------------------------------------ RNN
+
+
+@jit(ieee=True)
+def _rnn_fwd(fn, one, gi, h0, w_hh, b, relu, reverse, y):  # type: ignore[no-untyped-def]
+    steps, n_b, n_h = gi.shape
+    two = one + one
+    zero = one - one
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        tp = t + 1 if reverse else t - 1
+        src = _ptr(h0, 0) if s == 0 else _ptr(y, tp * n_b * n_h)
+        # y[t] = h @ w_hh^T
+        call_gemm(fn, NO_TRANS, TRANS, n_b, n_h, n_h, one, src, n_h,
+                  _ptr(w_hh, 0), n_h, _ptr(y, t * n_b * n_h), n_h)
+        for n in range(n_b):
+            yr, x = y[t, n], gi[t, n]
+            if relu:
+                for j in range(n_h):
+                    v = yr[j] + x[j] + b[j]
+                    yr[j] = v if v > zero else zero
+            else:
+                for j in range(n_h):
+                    yr[j] = two / (one + fexp(-two * (yr[j] + x[j] + b[j]))) - one
+
+
+@jit(ieee=True)
+def _rnn_bwd(fn, one, g, y, w_hh, relu, reverse, dpre, dh0):  # type: ignore[no-untyped-def]
+    steps, n_b, n_h = dpre.shape
+    zero = one - one
+    dh = np.zeros_like(dh0)
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        for n in range(n_b):
+            d, hv, gr, dr = dpre[t, n], y[t, n], g[t, n], dh[n]
+            if relu:
+                for j in range(n_h):
+                    d[j] = gr[j] + dr[j] if hv[j] > zero else zero
+            else:
+                for j in range(n_h):
+                    d[j] = (gr[j] + dr[j]) * (one - hv[j] * hv[j])
+        # dh = dpre[t] @ w_hh
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_h, one, _ptr(dpre, t * n_b * n_h), n_h,
+                  _ptr(w_hh, 0), n_h, _ptr(dh, 0), n_h)
+    dh0[:, :] = dh
+
+
+def _rnn_seq(gi: Any, h0: Any, w_hh: Any, b_hh: Any, reverse: bool, relu: bool) -> Any:
+    fn = _gemm(gi.dtype)
+    y = np.empty(gi.shape, gi.dtype)
+    b = np.zeros(gi.shape[-1], gi.dtype) if b_hh is None else b_hh
+    _rnn_fwd(fn, gi.dtype.type(1), gi, h0, w_hh, b, relu, bool(reverse), y)
+    return y, None
+
+
+def _rnn_seq_grad(g: Any, y: Any, h0: Any, w_hh: Any, reverse: bool, relu: bool) -> Any:
+    fn = _gemm(g.dtype)
+    dpre = np.empty(y.shape, g.dtype)
+    dh0 = np.empty_like(h0)
+    _rnn_bwd(fn, g.dtype.type(1), g, y, w_hh, relu, bool(reverse), dpre, dh0)
+    return dpre, dh0
+
+
+def rnn_tanh_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._rnn_tanh_seq``'s kernel: the states (T, B, H), no workspace."""
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, False)
+
+
+def rnn_relu_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._rnn_relu_seq``'s kernel."""
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, True)
+
+
+def rnn_tanh_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """The pre-activations' gradient (T, B, H) and dh0."""
+    return _rnn_seq_grad(g, y, h0, w_hh, reverse, False)
+
+
+def rnn_relu_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """The pre-activations' gradient (T, B, H) and dh0."""
+    return _rnn_seq_grad(g, y, h0, w_hh, reverse, True)

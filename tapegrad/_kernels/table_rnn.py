@@ -29,9 +29,10 @@ def _seq_fits(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) ->
     return _arrays(gi, h0, c0, w_hh, b_hh) and gi.shape[0] > 0
 
 
-def _lstm_grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> bool:
-    return _arrays(g, ws, h0, c0, w_hh) and ws.shape[0] > 0
+def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> bool:
+    return _arrays(g, y, ws, h0, c0, w_hh) and y.shape[0] > 0
 
 
-register("lstm_seq", "numba", _seq_fits, "rnn:lstm_seq")
-register("lstm_seq_grad", "numba", _lstm_grad_fits, "rnn:lstm_seq_grad")
+for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
+    register(_op, "numba", _seq_fits, f"rnn:{_op}")
+    register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")

@@ -211,6 +211,125 @@ def _lstm_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse
     return dgates, dh, dc
 
 
+def _gru_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """The states (T, B, H) and the workspace (T, B, 4H): r, z, n and ``W_hn h + b_hn``."""
+    xp = xp_of(gi)
+    steps, n_b, n_g = gi.shape
+    n_h = n_g // 3
+    y = xp.empty((steps, n_b, n_h), gi.dtype)
+    ws = xp.empty((steps, n_b, 4 * n_h), gi.dtype)
+    h = h0
+    for t in _order(steps, reverse):
+        w = ws[t]
+        gh = h @ w_hh.T  # (B, 3H)
+        if b_hh is not None:
+            gh += b_hh
+        rz = w[:, : 2 * n_h]
+        xp.add(gi[t, :, : 2 * n_h], gh[:, : 2 * n_h], out=rz)
+        _sigmoid_(xp, rz)
+        w[:, 3 * n_h :] = gh[:, 2 * n_h :]
+        n = w[:, 2 * n_h : 3 * n_h]
+        xp.multiply(rz[:, :n_h], gh[:, 2 * n_h :], out=n)
+        n += gi[t, :, 2 * n_h :]
+        xp.tanh(n, out=n)
+        xp.subtract(h, n, out=y[t])  # h' = (h - n) z + n
+        y[t] *= rz[:, n_h:]
+        y[t] += n
+        h = y[t]
+    return y, ws
+
+
+def _gru_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """The gradients of ``gi`` and of the hidden projection ``h W_hh^T + b_hh`` (T, B, 3H),
+    and of h0."""
+    xp = xp_of(g)
+    steps, n_b, _ = ws.shape
+    n_h = h0.shape[-1]
+    dgi = xp.empty((steps, n_b, 3 * n_h), g.dtype)
+    dgh = xp.empty_like(dgi)
+    dh = xp.zeros_like(h0)
+    for s, t in enumerate(_order(steps, not reverse)):
+        hp = h0 if s == steps - 1 else y[t + 1 if reverse else t - 1]
+        r, z, n, hn = (ws[t, :, k * n_h : (k + 1) * n_h] for k in range(4))
+        dhv = g[t] + dh
+        dpn = dhv * (1 - z) * (1 - n * n)
+        dpr = dpn * hn * (r * (1 - r))
+        dpz = dhv * (hp - n) * (z * (1 - z))
+        dgi[t, :, :n_h] = dgh[t, :, :n_h] = dpr
+        dgi[t, :, n_h : 2 * n_h] = dgh[t, :, n_h : 2 * n_h] = dpz
+        dgi[t, :, 2 * n_h :] = dpn
+        dgh[t, :, 2 * n_h :] = dpn * r
+        dh = dgh[t] @ w_hh
+        dh += dhv * z
+    return dgi, dgh, dh
+
+
+def _rnn_seq(gi: Any, h0: Any, w_hh: Any, b_hh: Any, reverse: bool, relu: bool) -> Any:
+    """The states (T, B, H); no workspace (the states give the activation's derivative)."""
+    xp = xp_of(gi)
+    y = xp.empty(gi.shape, gi.dtype)
+    h = h0
+    for t in _order(gi.shape[0], reverse):
+        a = y[t]
+        a[...] = h @ w_hh.T
+        a += gi[t]
+        if b_hh is not None:
+            a += b_hh
+        if relu:
+            xp.maximum(a, 0, out=a)
+        else:
+            xp.tanh(a, out=a)
+        h = a
+    return y, None
+
+
+def _rnn_seq_grad(g: Any, y: Any, w_hh: Any, h0: Any, reverse: bool, relu: bool) -> Any:
+    """The pre-activations' gradient (T, B, H) and h0's."""
+    xp = xp_of(g)
+    dpre = xp.empty(y.shape, g.dtype)
+    dh = xp.zeros_like(h0)
+    for t in _order(y.shape[0], not reverse):
+        hv = y[t]
+        dhv = g[t] + dh
+        dpre[t] = xp.where(hv > 0, dhv, 0) if relu else dhv * (1 - hv * hv)
+        dh = dpre[t] @ w_hh
+    return dpre, dh
+
+
+def _rnn_tanh_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, False)
+
+
+def _rnn_relu_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, True)
+
+
+def _rnn_tanh_seq_grad(  # noqa: PLR0917
+    g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool
+) -> Any:
+    return _rnn_seq_grad(g, y, w_hh, h0, reverse, False)
+
+
+def _rnn_relu_seq_grad(  # noqa: PLR0917
+    g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool
+) -> Any:
+    return _rnn_seq_grad(g, y, w_hh, h0, reverse, True)
+
+
+# per mode: the registry's operation, and the references of its forward and backward.
+# Forward: (gi, h0, c0, w_hh, b_hh, reverse) -> (states, workspace); backward:
+# (g, states, workspace, h0, c0, w_hh, reverse) -> LSTM (dgi, dh0, dc0), GRU (dgi, dgh, dh0),
+# RNN (dgi, dh0).
+SEQ_OPS = {"LSTM": "lstm_seq", "GRU": "gru_seq", "RNN_TANH": "rnn_tanh_seq",
+           "RNN_RELU": "rnn_relu_seq"}  # fmt: skip
+SEQ_REFS = {
+    "LSTM": (_lstm_seq, _lstm_seq_grad),
+    "GRU": (_gru_seq, _gru_seq_grad),
+    "RNN_TANH": (_rnn_tanh_seq, _rnn_tanh_seq_grad),
+    "RNN_RELU": (_rnn_relu_seq, _rnn_relu_seq_grad),
+}
+
+
 def _w_hh_grad(dg: Any, y: Any, h0: Any, reverse: bool) -> Any:
     """``sum_t dg_t^T h_{t-1}`` (the state each step read): two GEMMs over the sequence."""
     steps, _, n_g = dg.shape
@@ -226,7 +345,7 @@ def _w_hh_grad(dg: Any, y: Any, h0: Any, reverse: bool) -> Any:
 def _seq_fwd(  # noqa: PLR0917
     gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, mode: str, reverse: bool, keep: _Workspace
 ) -> Any:
-    y, ws = dispatch("lstm_seq", _lstm_seq, gi, h0, c0, w_hh, b_hh, reverse)
+    y, ws = dispatch(SEQ_OPS[mode], SEQ_REFS[mode][0], gi, h0, c0, w_hh, b_hh, reverse)
     keep.put(y, ws)
     return y
 
@@ -244,17 +363,28 @@ def _seq_grads(  # noqa: PLR0917
         it = iter(tape.gradient(y, wanted, output_gradients=g) if wanted else [])
         return tuple(next(it) if need and x is not None else None
                      for x, need in zip(ins, needs, strict=True))  # fmt: skip
+    op, (fwd, bwd) = SEQ_OPS[mode], SEQ_REFS[mode]
     ws = keep.take(ans)
-    if ws is None:  # recomputed (a persistent tape's second gradient)
-        _, ws = dispatch("lstm_seq", _lstm_seq, gi, h0, c0, w_hh, b_hh, reverse)
+    if ws is None and mode in ("LSTM", "GRU"):  # recomputed (a persistent tape's 2nd gradient)
+        _, ws = dispatch(op, fwd, gi, h0, c0, w_hh, b_hh, reverse)
     g = xp.ascontiguousarray(g)
-    dgates, dh0, dc0 = dispatch("lstm_seq_grad", _lstm_seq_grad, g, ans, ws, h0, c0, w_hh, reverse)
-    dw = _w_hh_grad(dgates, ans, h0, reverse) if needs[3] else None
-    db = dgates.sum(axis=(0, 1)) if needs[4] and b_hh is not None else None
-    return dgates, dh0, dc0, dw, db
+    grads = dispatch(op + "_grad", bwd, g, ans, ws, h0, c0, w_hh, reverse)
+    dc0 = None
+    if mode == "LSTM":
+        dgi, dh0, dc0 = grads
+        dgh = dgi  # the gates' pre-activations are gi + h W_hh^T + b_hh
+    elif mode == "GRU":
+        dgi, dgh, dh0 = grads
+    else:
+        dgi, dh0 = grads
+        dgh = dgi
+    dw = _w_hh_grad(dgh, ans, h0, reverse) if needs[3] else None
+    db = dgh.sum(axis=(0, 1)) if needs[4] and b_hh is not None else None
+    return dgi, dh0, dc0, dw, db
 
 
-# gi, h0, c0, w_hh, b_hh -> the states (T + 1, B, H) for LSTM (the last cell state at T)
+# gi, h0, c0, w_hh, b_hh -> the states: (T + 1, B, H) for LSTM (the last cell state at T),
+# (T, B, H) for GRU and RNN (c0 None)
 _SEQ = defprim("nn.recurrent_seq", _seq_fwd, Joint(_seq_grads), (0, 1, 2, 3, 4, OUT))
 
 
@@ -274,7 +404,7 @@ def recurrent_layer(  # noqa: PLR0917
     steps = x.shape[0]
     gi = linear(x, w_ih, b_ih)  # (T, B, G*H): the input projection of every step at once
     ins = (gi, h, c, w_hh, b_hh)
-    if mode == "LSTM" and len({t.dtype for t in ins if t is not None}) == 1:
+    if len({t.dtype for t in ins if t is not None}) == 1:
         y = apply(_SEQ, *ins, mode=mode, reverse=reverse, keep=_Workspace())
     else:  # mixed dtypes promote as the ops do
         y = _composite(mode, *ins, reverse)
