@@ -214,3 +214,18 @@ def test_compiled_step_matches_eager() -> None:
     losses, step = run(True)
     assert any(callable(e.run) for es in step._programs.values() for e in es)
     np.testing.assert_allclose(losses, run(False)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", FUSED)
+def test_recorded_ops_do_not_grow_with_the_sequence(mode) -> None:
+    """One recorded op per layer and direction for the time loop, whatever the length."""
+
+    def recorded(steps: int) -> tuple[int, int]:
+        layer = _layer(tg, mode, 3, 4, 2, bidirectional=True)
+        with tg.Tape() as tape:
+            layer(tg.ones((steps, 2, 3)))
+        names = [node[0].name for node in tape._nodes]
+        return len(names), names.count("nn.recurrent_seq")
+
+    assert recorded(3) == recorded(11)
+    assert recorded(3)[1] == 4
