@@ -153,7 +153,7 @@ class RNNBase(Module):
                     self.mode, x, h0[k], c0[k] if c0 is not None else None,
                     self._weights(sfx), reverse=d == 1,
                 )  # fmt: skip
-                outs.append(S.stack(seq, axis=0))  # (T, B, H)
+                outs.append(seq)  # (T, B, H)
                 hs.append(h)
                 if c is not None:
                     cs.append(c)
