@@ -82,14 +82,36 @@ def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
     )
 
 
-def _transpose(self: Tensor, *axes: Any) -> Tensor:
-    """numpy's ``x.transpose(*axes)``; two axes of a tensor with more than two dimensions swap
-    them (PyTorch's ``x.transpose(0, 1)``, which numpy would reject)."""
-    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-        axes = tuple(axes[0])
-    if len(axes) == 2 and self.ndim > 2:
-        return S.swapaxes(self, axes[0], axes[1])
-    return S.permute_dims(self, axes or None)
+def _repeat(self: Tensor, *sizes: Any, axis: Any = None) -> Tensor:
+    """PyTorch's ``x.repeat(*sizes)``: the tensor tiled ``sizes[i]`` times along axis ``i``
+    (numpy's ``tile``). numpy's element repeat is ``tg.repeat(x, n, axis)`` or
+    ``x.repeat_interleave(n, dim)``; ``x.repeat(n, axis=a)`` also gives it.
+
+    >>> import tapegrad as tg
+    >>> tg.tensor([1, 2]).repeat(2).tolist(), tg.tensor([1, 2]).repeat_interleave(2).tolist()
+    ([1, 2, 1, 2], [1, 1, 2, 2])
+    """
+    if axis is not None:
+        if len(sizes) != 1:
+            raise TypeError(f"repeat: with axis= (numpy's meaning) give one count, got {sizes}")
+        return S.repeat(self, sizes[0], axis=axis)
+    if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+        sizes = tuple(sizes[0])
+    if len(sizes) < self.ndim:
+        raise ValueError(
+            f"repeat: {len(sizes)} counts {sizes} for a tensor of shape {self.shape}; PyTorch's "
+            f"x.repeat takes one count per dimension (at least {self.ndim}) and tiles; for "
+            "numpy's element repeat write tg.repeat(x, n, axis) or x.repeat_interleave(n, dim)"
+        )
+    return S.tile(self, sizes)
+
+
+def _repeat_interleave(self: Tensor, repeats: Any, dim: Any = None) -> Tensor:
+    """PyTorch's ``repeat_interleave``: each element repeated (numpy's ``repeat``)."""
+    if isinstance(repeats, Tensor):
+        repeats = repeats._data
+        repeats = int(repeats) if repeats.ndim == 0 else repeats
+    return S.repeat(self, repeats, axis=dim)
 
 
 def _permute(self: Tensor, *axes: Any) -> Tensor:
@@ -161,7 +183,7 @@ def _bind() -> None:
         (
             S,
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
-            "astype flip roll tril triu repeat tile take take_along_axis split chunk",
+            "astype flip roll tril triu tile take take_along_axis split chunk",
         ),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
@@ -172,8 +194,10 @@ def _bind() -> None:
         "clamp": E.clip,
         "view": S.reshape,
         "unsqueeze": S.expand_dims,
-        "transpose": _transpose,
+        "transpose": S.transpose,
         "permute": _permute,
+        "repeat": _repeat,
+        "repeat_interleave": _repeat_interleave,
         "T": property(S.permute_dims),
         "mT": property(lambda self: S.swapaxes(self, -1, -2)),
         "detach": _tape.stop_gradient,

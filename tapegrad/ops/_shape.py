@@ -203,9 +203,38 @@ def permute_dims(x: Any, axes: Any = None) -> Tensor:
     return apply(_permute, x, axes=axes)
 
 
-def transpose(x: Any, axes: Any = None) -> Tensor:
-    """numpy's ``transpose``: reverses the axes, or permutes them by ``axes``."""
-    return permute_dims(x, axes)
+_TRANSPOSE_MESSAGE = (
+    "transpose: transpose{args} on a tensor of shape {shape} is ambiguous: PyTorch's "
+    "transpose(dim0, dim1) swaps two axes, numpy's transpose(axes) permutes all of them; write "
+    "transpose(x, d0, d1) or swapaxes(x, d0, d1) to swap two, permute_dims(x, ({perm})) to "
+    "permute all"
+)
+
+
+def transpose(x: Any, *args: Any, axes: Any = None, dim0: Any = None, dim1: Any = None) -> Tensor:
+    """PyTorch's ``transpose(x, dim0, dim1)`` (swap two axes, any number of dimensions), or
+    numpy's ``transpose(x, axes)`` given a tuple, no axes (reverse them), or one int per axis
+    of a tensor with other than two dimensions; any other call raises. ``x.transpose`` is the
+    same.
+
+    >>> import tapegrad as tg
+    >>> x = tg.arange(6).reshape(2, 3)
+    >>> x.transpose(0, 1).shape, x.transpose(-2, -1).shape, tg.transpose(x, (1, 0)).shape
+    ((3, 2), (3, 2), (3, 2))
+    """
+    x = as_tensor(x)
+    args += tuple(d for d in (dim0, dim1) if d is not None)
+    if axes is not None:
+        args = (axes,) + args
+    if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+        return permute_dims(x, None if args[0] is None else tuple(args[0]))
+    ints = builtins.all(isinstance(a, (int, np.integer)) for a in args)
+    if ints and len(args) == 2:
+        return swapaxes(x, args[0], args[1])
+    if ints and (len(args) == 0 or (len(args) == x.ndim and x.ndim != 2)):
+        return permute_dims(x, args or None)
+    perm = ", ".join(str(i) for i in range(x.ndim - 1, -1, -1))
+    raise TypeError(_TRANSPOSE_MESSAGE.format(args=args, shape=x.shape, perm=perm))
 
 
 def swapaxes(x: Any, axis1: int, axis2: int) -> Tensor:
