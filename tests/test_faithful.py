@@ -75,3 +75,47 @@ def test_repeat_errors_and_numpy_forms() -> None:
     with tg.Tape() as tape:
         loss = (w.repeat(3) * tg.arange(6.0)).sum()
     np.testing.assert_array_equal(tape.gradient(loss, w).numpy(), [0 + 2 + 4, 1 + 3 + 5])
+
+
+# --- clip_grad_norm_ / clip_grad_value_ change the Gradients they are given --------------------
+def _two_param_grads() -> tuple[list[tg.Parameter], tg.Gradients, list[torch.Tensor]]:
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s) for s in ((3, 4), (5,))]
+    ps = [tg.Parameter(a) for a in arrays]
+    with tg.Tape() as tape:
+        loss = (ps[0] ** 3).sum() + (ps[1] ** 3).sum()
+    tps = [torch.tensor(a, requires_grad=True) for a in arrays]
+    ((tps[0] ** 3).sum() + (tps[1] ** 3).sum()).backward()
+    return ps, tape.gradient(loss), tps
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_clip_grad_norm_in_place_like_torch(norm_type: float) -> None:
+    ps, grads, tps = _two_param_grads()
+    norm = tg.nn.utils.clip_grad_norm_(grads, 0.5, norm_type=norm_type)
+    tnorm = torch.nn.utils.clip_grad_norm_(tps, 0.5, norm_type=norm_type)
+    assert abs(norm.item() - tnorm.item()) < 1e-9
+    for p, t in zip(ps, tps, strict=True):
+        np.testing.assert_allclose(grads[p].numpy(), t.grad.numpy(), rtol=1e-10)
+    w = tg.Parameter(np.zeros(3))
+    opt = tg.optim.SGD([w], lr=1.0)
+    with tg.Tape() as tape:
+        loss = (w * tg.tensor([30.0, 40.0, 0.0])).sum()
+    g = tape.gradient(loss)
+    tg.nn.utils.clip_grad_norm_(g, 1.0)
+    opt.step(g)  # steps with the clipped gradient
+    np.testing.assert_allclose(w.numpy(), [-0.6, -0.8, 0.0], rtol=1e-5)
+
+
+def test_clip_grad_value_in_place_and_copies() -> None:
+    ps, grads, tps = _two_param_grads()
+    copy = tg.nn.utils.clip_grad_value(grads, 0.3)
+    before = grads[ps[0]].numpy().copy()
+    np.testing.assert_array_equal(grads[ps[0]].numpy(), before)  # the copy left grads alone
+    assert tg.nn.utils.clip_grad_value_(grads, 0.3) is None
+    torch.nn.utils.clip_grad_value_(tps, 0.3)
+    for p, t in zip(ps, tps, strict=True):
+        np.testing.assert_allclose(grads[p].numpy(), t.grad.numpy())
+        np.testing.assert_allclose(copy[p].numpy(), t.grad.numpy())
+    with pytest.raises(TypeError, match="opt.step\\(grads\\)"):
+        tg.nn.utils.clip_grad_norm_([p for p in ps], 1.0)
