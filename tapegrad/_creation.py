@@ -8,7 +8,7 @@ from . import _backend as B
 from ._autodiff import apply, nondiff
 from ._backend import np
 from ._dtypes import as_dtype, default_float
-from ._tensor import Tensor, _to_array, _wrap
+from ._tensor import Parameter, Tensor, _to_array, _wrap
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -31,18 +31,33 @@ def _on(a: Any, device: Any) -> Tensor:
     return _wrap(a)
 
 
-def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor from Python data, an array or a tensor (always a copy).
 
     Python floats become float32 (the default float), ints int64, bools bool.
+    ``requires_grad=True`` (PyTorch's spelling) gives a ``tg.Parameter``: every tape opened
+    with ``with tg.Tape()`` watches it, so ``tape.gradient(loss)`` / ``loss.backward()``
+    return its gradient (there is no ``.grad``; index the result: ``grads[x]``).
 
     >>> import tapegrad as tg
     >>> tg.tensor([1, 2]).dtype, tg.tensor([1.5]).dtype
     (dtype('int64'), dtype('float32'))
+    >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+    >>> with tg.Tape() as tape:
+    ...     y = (x * x).sum()
+    >>> tape.gradient(y)[x].tolist()
+    [2.0, 4.0]
     """
     arr = _to_array(data, dtype, device)
     if isinstance(data, Tensor) or B.is_array(data):
         arr = arr.copy() if arr is (data._data if isinstance(data, Tensor) else data) else arr
+    if requires_grad:
+        if arr.dtype.kind != "f":
+            raise TypeError(
+                f"tensor(requires_grad=True): only float tensors can have a gradient, got "
+                f"{arr.dtype} (as PyTorch); pass dtype=tg.float32"
+            )
+        return Parameter(arr, dtype=arr.dtype)
     return _wrap(arr)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from . import _autodiff as _tape
 from . import _backend as B
 from ._backend import np
-from ._tensor import Tensor, _wrap
+from ._tensor import TAPE_LOOP, Tensor, _wrap
 from .ops import _elementwise as E
 from .ops import _linalg as L
 from .ops import _reduce as R
@@ -62,6 +62,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
         new = _index_put(self, nidx, vt)
         self._data, self._tid, self._tapes = new._data, new._tid, new._tapes
     else:
+        _before_write(self, "setitem")
         try:
             self._data[nidx] = v
         except (ValueError, IndexError) as e:
@@ -69,6 +70,27 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
                 f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})"
             ) from None
     self._version += 1
+
+
+class _DataView(Tensor):
+    """``x.data``: ``x``'s array on no tape; a write through it counts as a write to ``x``
+    (``x``'s version moves), so a tape that saved ``x`` refuses to differentiate with it."""
+
+    __slots__ = ("_base",)
+
+
+def _before_write(t: Tensor, op: str) -> None:
+    """Called before ``t``'s array is changed in place outside any tape."""
+    flags = getattr(t._data, "flags", None)
+    if flags is not None and not flags.writeable:
+        raise ValueError(
+            f"{op}: this array is read-only: it is x.numpy() of a tensor (shape {t.shape}) that "
+            "a tape may still differentiate, and a write through it would change saved values "
+            "without the tape knowing (a wrong gradient). Write through the tensor itself "
+            "(x.copy_(v), x[...] = v, x.mul_(2)), which the tape's version check sees"
+        )
+    if isinstance(t, _DataView):
+        t._base._version += 1
 
 
 def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
@@ -118,6 +140,72 @@ def _permute(self: Tensor, *axes: Any) -> Tensor:
     if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
         axes = tuple(axes[0])
     return S.permute_dims(self, axes)
+
+
+_NUMPY_ON_TAPE = (
+    "numpy(): the tensor (shape {shape}) is on a recording tape, so the array would leave the tape "
+    "and what is computed from it gets no gradient (PyTorch: \"Can't call numpy() on Tensor "
+    "that requires grad\"). Stay on the tape with tapegrad ops (tg.tanh(x), not "
+    "np.tanh(x.numpy())), or leave it on purpose: x.detach().numpy()"
+)
+
+
+def _held(t: Tensor) -> bool:
+    """Whether a tape that can still run backward may hold ``t``'s array: a trainable
+    parameter (any tape that recorded it), or a tensor on a tape not yet released."""
+    if t._is_param and t.requires_grad:  # type: ignore[attr-defined]
+        return True
+    return any(not tp._released for tp in t._tapes)
+
+
+def _guarded_array(t: Tensor) -> Any:
+    """``t``'s array for ``numpy()``: refused on a recording tape, read-only while a tape may
+    hold it, so a write that the tape cannot see is an error, never a wrong gradient
+    (``x.data.numpy()`` and ``x.detach().numpy()`` leave the tape on purpose)."""
+    a = _plain_numpy(t)
+    leaving = isinstance(t, _DataView)
+    if leaving:
+        t = t._base
+    if t._tid is None or a.dtype.kind not in "fc":
+        return a
+    if not leaving and _tape.is_grad_enabled() and (
+        any(tp._recording for tp in t._tapes)
+        or (t._is_param and t.requires_grad and _tape.is_recording())  # type: ignore[attr-defined]
+    ):
+        raise RuntimeError(_NUMPY_ON_TAPE.format(shape=t.shape))
+    if _held(t) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+_plain_numpy = Tensor._host
+
+
+def _numpy(self: Tensor) -> Any:
+    """The values as a numpy array (copied to the host for 'cuda'); leaves every tape. A 0-d
+    tensor gives a 0-d array (never a numpy scalar).
+
+    As PyTorch's: refused on a tensor that a recording tape holds (a float tensor that needs a
+    gradient); ``x.detach().numpy()`` leaves the tape on purpose. A read-only view while a tape
+    that has not run backward may hold the tensor (a trainable parameter, or a tensor on an
+    unreleased tape): write through the tensor (``x.copy_(v)``), which the tape sees.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> w.numpy().flags.writeable, w.detach().numpy().flags.writeable
+    (False, True)
+    """
+    return _guarded_array(self)
+
+
+def _grad(self: Tensor) -> Any:
+    raise AttributeError(
+        f"'{type(self).__name__}' has no .grad: tapegrad keeps gradients out of the tensors. "
+        "tape.gradient(...) and loss.backward() return them: grads = loss.backward() (or "
+        "tape.gradient(loss, model)), then grads[p] is p's gradient and opt.step(grads) uses "
+        "them. A training step reads\n" + TAPE_LOOP
+    )
 
 
 def _format(self: Tensor, spec: str) -> str:
@@ -200,6 +288,8 @@ def _bind() -> None:
         "repeat_interleave": _repeat_interleave,
         "T": property(S.permute_dims),
         "mT": property(lambda self: S.swapaxes(self, -1, -2)),
+        "numpy": _numpy,
+        "grad": property(_grad),
         "detach": _tape.stop_gradient,
         "backward": _tape.backward,
         "trace": _tape.trace,
@@ -303,6 +393,7 @@ def _torch_inplace(name: str, f: Any) -> Any:
                 f"(x = x.{name[:-1]}(...) or x = x * 2), or run it under tg.no_grad() on a "
                 "tensor the tape did not save"
             )
+        _before_write(self, name)
         args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
         kwargs = {k: v._data if isinstance(v, Tensor) else v for k, v in kwargs.items()}
         new = np.asarray(f(self._data, *args, **kwargs))
@@ -373,9 +464,13 @@ def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None) -> Te
 
 
 def _data_view(self: Tensor) -> Tensor:
-    """PyTorch's ``x.data``: a tensor sharing memory with ``x``, on no tape (changing it
-    changes ``x`` without the tape knowing; ``detach()`` is the same)."""
-    return _wrap(self._data)
+    """PyTorch's ``x.data``: a tensor sharing memory with ``x``, on no tape. A write through it
+    (``x.data.mul_(2)``, ``x.data[0] = 1``) moves ``x``'s version, so a tape that saved ``x``
+    before raises at backward instead of giving a wrong gradient."""
+    v = _DataView.__new__(_DataView)
+    base = self._base if isinstance(self, _DataView) else self
+    v._data, v._tapes, v._tid, v._version, v._base = self._data, (), None, 0, base
+    return v
 
 
 def _set_data(self: Tensor, value: Any) -> None:

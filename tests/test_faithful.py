@@ -5,6 +5,8 @@ Each test compares with torch (the oracle) on the call a PyTorch user writes.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +121,199 @@ def test_clip_grad_value_in_place_and_copies() -> None:
         np.testing.assert_allclose(copy[p].numpy(), t.grad.numpy())
     with pytest.raises(TypeError, match="opt.step\\(grads\\)"):
         tg.nn.utils.clip_grad_norm_([p for p in ps], 1.0)
+
+
+# --- writes that bypass the tape -----------------------------------------------------------------
+def test_numpy_on_a_recording_tape_raises_like_torch() -> None:
+    w = tg.Parameter(np.array([0.5, -1.0]))
+    with tg.Tape():
+        with pytest.raises(RuntimeError, match=r"x\.detach\(\)\.numpy\(\)"):
+            tg.tensor(np.tanh(w.numpy()))  # would drop this path from the gradient
+        y = w * 2
+        with pytest.raises(RuntimeError, match="requires grad"):
+            y.numpy()
+        assert y.detach().numpy().tolist() == [1.0, -2.0]  # leaving on purpose
+        assert w.data.numpy().tolist() == [0.5, -1.0]
+        assert y.tolist() == [1.0, -2.0] and "tensor" in repr(y)  # reading stays possible
+        with tg.no_grad():
+            assert w.numpy().tolist() == [0.5, -1.0]
+    tw = torch.tensor([0.5, -1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that requires grad"):
+        tw.numpy()
+
+
+def test_write_through_numpy_between_forward_and_gradient_is_refused() -> None:
+    w = tg.Parameter(np.array([1.0, 2.0]))
+    with tg.Tape() as tape:
+        loss = (w * w).sum()
+    a = w.numpy()
+    assert not a.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        a[:] = 5.0
+    x = tg.tensor([1.0, 2.0])
+    with tg.Tape() as t2:
+        t2.watch(x)
+        y = (x * x).sum()
+    with pytest.raises(ValueError, match="read-only"):
+        x.numpy()[:] = 5.0
+    np.testing.assert_array_equal(tape.gradient(loss, w).numpy(), [2.0, 4.0])  # not 10
+    np.testing.assert_array_equal(t2.gradient(y, x).numpy(), [2.0, 4.0])
+    x.numpy()[:] = 5.0  # the tape is released: nothing can be wrong any more
+    assert x.tolist() == [5.0, 5.0]
+    w.copy_(tg.tensor([3.0, 3.0]))  # the way to write a parameter: the tape sees it
+    assert w.tolist() == [3.0, 3.0]
+
+
+def test_write_through_data_is_seen_by_the_version_check() -> None:
+    w = tg.Parameter(np.array([1.0, 2.0]))
+    with tg.Tape() as tape:
+        w.data.mul_(3.0)  # before any op saved w: harmless, as in PyTorch
+        loss = (w * w).sum()
+    w.data[0] = 10.0  # after: the tape saved w's old values
+    with pytest.raises(RuntimeError, match="modified|changed|version|in place"):
+        tape.gradient(loss, w)
+    v = tg.Parameter(np.array([1.0, 2.0]))
+    with tg.Tape() as tape:
+        loss = (v * v).sum()
+    with pytest.raises(ValueError, match="read-only"):
+        v.data.numpy()[:] = 0.0
+    np.testing.assert_array_equal(tape.gradient(loss, v).numpy(), [2.0, 4.0])
+
+
+# --- errors that teach the tape ------------------------------------------------------------------
+def test_pytorch_training_loop_spellings_show_the_tapegrad_line() -> None:
+    model = tg.nn.Linear(2, 1)
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match=r"opt\.step\(grads\)"):
+        opt.zero_grad()
+    with pytest.raises(TypeError, match=r"tape\.gradient\(loss, model\)"):
+        opt.step()
+    with pytest.raises(AttributeError, match=r"grads\[p\]"):
+        model.weight.grad
+    with tg.Tape():
+        loss = model(tg.ones((3, 2))).sum()
+    grads = loss.backward()
+    with pytest.raises(AttributeError, match=r"loss\.backward\(\)"):
+        model.weight.grad
+    assert not hasattr(model.weight, "grad")
+    opt.step(grads)
+
+
+def test_tensor_requires_grad_true_is_watched_like_torch() -> None:
+    x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    assert isinstance(x, tg.Parameter)
+    with tg.Tape() as tape:
+        y = (x**2).sum()
+    tx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (tx**2).sum().backward()
+    np.testing.assert_allclose(tape.gradient(y)[x].numpy(), tx.grad.numpy())
+    with pytest.raises(TypeError, match="only float"):
+        tg.tensor([1, 2], requires_grad=True)
+    assert not isinstance(tg.tensor([1.0]), tg.Parameter)
+
+
+def test_single_source_gradient_indexed_by_its_source_explains() -> None:
+    w = tg.Parameter(np.array([1.0, 2.0]))
+    with tg.Tape() as tape:
+        loss = (w * w).sum()
+    g = tape.gradient(loss, w)
+    assert g.tolist() == [2.0, 4.0]  # shaped like the sources: w's gradient itself
+    with pytest.raises(IndexError, match=r"pass a list \[w\]"):
+        g[w]
+
+
+# --- dtype discipline ----------------------------------------------------------------------------
+_LAYERS = {
+    "Linear": (lambda: tg.nn.Linear(3, 2), lambda: torch.nn.Linear(3, 2), (4, 3)),
+    "Conv1d": (lambda: tg.nn.Conv1d(3, 2, 1), lambda: torch.nn.Conv1d(3, 2, 1), (1, 3, 5)),
+    "Conv2d": (lambda: tg.nn.Conv2d(3, 2, 1), lambda: torch.nn.Conv2d(3, 2, 1), (1, 3, 4, 4)),
+    "ConvTranspose2d": (
+        lambda: tg.nn.ConvTranspose2d(3, 2, 2),
+        lambda: torch.nn.ConvTranspose2d(3, 2, 2),
+        (1, 3, 4, 4),
+    ),
+    "RNN": (lambda: tg.nn.RNN(3, 2), lambda: torch.nn.RNN(3, 2), (5, 1, 3)),
+    "LSTM": (lambda: tg.nn.LSTM(3, 2), lambda: torch.nn.LSTM(3, 2), (5, 1, 3)),
+    "GRUCell": (lambda: tg.nn.GRUCell(3, 2), lambda: torch.nn.GRUCell(3, 2), (1, 3)),
+    "LayerNorm": (lambda: tg.nn.LayerNorm(3), lambda: torch.nn.LayerNorm(3), (2, 3)),
+    "BatchNorm1d": (lambda: tg.nn.BatchNorm1d(3), lambda: torch.nn.BatchNorm1d(3), (2, 3)),
+    "GroupNorm": (lambda: tg.nn.GroupNorm(1, 3), lambda: torch.nn.GroupNorm(1, 3), (2, 3, 2)),
+    "MultiheadAttention": (
+        lambda: tg.nn.MultiheadAttention(4, 2),
+        lambda: torch.nn.MultiheadAttention(4, 2),
+        (3, 1, 4),
+    ),
+}
+
+
+def _call(layer: object, x: object, name: str) -> object:
+    return layer(x, x, x) if name == "MultiheadAttention" else layer(x)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("name", sorted(_LAYERS))
+def test_float64_input_into_float32_layer_raises_like_torch(name: str) -> None:
+    make, make_torch, shape = _LAYERS[name]
+    a = np.ones(shape)
+    with pytest.raises((RuntimeError, ValueError)):  # the oracle: PyTorch refuses the mix too
+        _call(make_torch(), torch.tensor(a), name)
+    layer = make()
+    with pytest.raises(TypeError, match=r"float64.*float32.*x\.float\(\).*model\.double\(\)"):
+        _call(layer, tg.tensor(a), name)
+    _call(layer, tg.tensor(a, dtype=tg.float32), name)  # the fixes work
+    _call(layer.double(), tg.tensor(a), name)
+    with pytest.raises(TypeError, match=r"float32.*float64.*x\.double\(\)"):
+        _call(layer, tg.tensor(a, dtype=tg.float32), name)
+
+
+# --- feature dropout's input ranks ---------------------------------------------------------------
+def _varying_axes(y: np.ndarray) -> list[int]:
+    """The axes along which the keep mask changes (a mask shared along an axis is constant)."""
+    m = y != 0
+    return [d for d in range(m.ndim) if not (m == m.take([0], axis=d)).all()]
+
+
+_RANKS = [
+    # name, shape, axes the mask varies over (PyTorch 2.13), warns
+    ("dropout1d", (8, 6), [0], False),
+    ("dropout1d", (4, 6, 5), [0, 1], False),
+    ("dropout2d", (40, 6), [0, 1], True),  # (N, C): element-wise, with PyTorch's warning
+    ("dropout2d", (8, 6, 5), [0, 1], True),  # (N, C, L), not (C, H, W)
+    ("dropout2d", (4, 6, 2, 2), [0, 1], False),
+    ("dropout2d", (2, 6, 2, 2, 2), [0, 1], True),
+    ("dropout3d", (40, 6), [0], True),
+    ("dropout3d", (6, 2, 2, 2), [0], False),
+    ("dropout3d", (3, 6, 2, 2, 2), [0, 1], False),
+]
+
+
+@pytest.mark.parametrize("name,shape,axes,warns", _RANKS, ids=lambda v: str(v).replace(" ", ""))
+def test_feature_dropout_ranks_as_torch(name: str, shape: tuple, axes: list, warns: bool) -> None:
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as tw:
+        warnings.simplefilter("always")
+        ref = getattr(torch.nn.functional, name)(torch.ones(shape), 0.5, True).numpy()
+    assert _varying_axes(ref) == axes and bool(tw) == warns  # the oracle says so
+    tg.manual_seed(0)
+    f = getattr(tg.nn.functional, name)
+    if warns:
+        with pytest.warns(UserWarning, match=f"{name}: Received a"):
+            y = f(tg.ones(shape), 0.5, True).numpy()
+    else:
+        y = f(tg.ones(shape), 0.5, True).numpy()
+    assert _varying_axes(y) == axes
+    assert set(np.unique(y)) == {0.0, 2.0}
+
+
+def test_dropout2d_on_n_c_drops_elements_not_rows() -> None:
+    tg.manual_seed(1)
+    with pytest.warns(UserWarning, match="2-D input"):
+        y = tg.nn.Dropout2d(0.5)(tg.ones((200, 8))).numpy()
+    assert (y == 0).all(axis=1).mean() < 0.05  # whole rows dropped only by chance (0.4%)
+    assert 0.4 < (y == 0).mean() < 0.6
+    for name, shape in (("dropout1d", (6,)), ("dropout1d", (2, 2, 2, 2)), ("dropout2d", (6,))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # dropout2d warns, then raises, in both
+            with pytest.raises(RuntimeError, match=name):
+                getattr(tg.nn.functional, name)(tg.ones(shape), 0.5)
+            with pytest.raises(RuntimeError):
+                getattr(torch.nn.functional, name)(torch.ones(shape), 0.5)

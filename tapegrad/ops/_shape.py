@@ -549,6 +549,14 @@ def getitem(x: Tensor, idx: Any) -> Tensor:
     try:
         return apply(_getitem, x, idx=idx, advanced=_is_advanced(idx), shape=x.shape)
     except IndexError as e:
+        items = idx if isinstance(idx, tuple) else (idx,)
+        if builtins.any(getattr(i, "dtype", np.dtype(int)).kind == "f" for i in items):
+            raise IndexError(
+                f"index: a float tensor cannot index a tensor (shape {x.shape}, index "
+                f"{_show(idx)}). If this is g[w] with g = tape.gradient(loss, w): a single "
+                "tensor as sources gives its gradient itself (results are shaped like sources), "
+                "so use g; pass a list [w] or a module, or no sources, for a mapping to index"
+            ) from None
         raise IndexError(
             f"index: {e.__cause__ or e} (tensor shape {x.shape}, index {_show(idx)}); valid "
             "integer indices along an axis of size n are -n..n-1"
