@@ -459,3 +459,56 @@ def permutation(n: int, device: Any = None, generator: Generator | None = None) 
     [0, 1, 2, 3]
     """
     return _draw(generator, "permutation", (n,), np.int64, device)
+
+
+def randperm(
+    n: int, *, generator: Generator | None = None, dtype: Any = None, device: Any = None
+) -> Tensor:
+    """PyTorch's ``randperm``: a random permutation of ``range(n)`` (int64 unless ``dtype``).
+
+    >>> import tapegrad as tg
+    >>> sorted(tg.randperm(4).tolist())
+    [0, 1, 2, 3]
+    """
+    d = as_dtype(dtype) if dtype is not None else np.dtype(np.int64)
+    return _draw(generator, "permutation", (int(n),), d, device)
+
+
+def multinomial(
+    input: Any, num_samples: int, replacement: bool = False, *, generator: Generator | None = None
+) -> Tensor:
+    """PyTorch's ``multinomial``: ``num_samples`` category indices per row of the non-negative
+    weights ``input`` (1-d, or 2-d for one draw per row; need not sum to 1), int64, with or
+    without replacement (then, as PyTorch, zero-weight categories come last, in order, once
+    the others are drawn). No gradient.
+
+    >>> import tapegrad as tg
+    >>> tg.multinomial(tg.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+    [1, 1]
+    """
+    w = np.asarray(input._data if isinstance(input, Tensor) else input, dtype=np.float64)
+    if w.ndim not in (1, 2) or w.shape[-1] == 0:
+        raise ValueError(f"multinomial: weights must be 1-d or 2-d and non-empty, got {w.shape}")
+    rows = w.reshape(-1, w.shape[-1])
+    if not np.isfinite(rows).all() or (rows < 0).any() or (rows.sum(axis=1) <= 0).any():
+        raise ValueError(
+            "multinomial: weights must be finite and non-negative, with a positive sum per row"
+        )
+    k = int(num_samples)
+    if not replacement and k > rows.shape[1]:
+        raise ValueError(
+            f"multinomial: cannot draw {k} samples without replacement from {rows.shape[1]} "
+            "categories; pass replacement=True or fewer samples"
+        )
+    if replacement:
+        u = _draw(generator, "random", ((rows.shape[0], k),), np.float64, None)._data
+        cdf = np.cumsum(rows, axis=1)
+        cdf /= cdf[:, -1:]
+        out = np.stack([np.searchsorted(c, ui, side="right") for c, ui in zip(cdf, u, strict=True)])
+        out = np.minimum(out, rows.shape[1] - 1)
+    else:  # exponential races: the k smallest Exp(1) / w are a draw without replacement
+        u = _draw(generator, "random", (rows.shape,), np.float64, None)._data
+        with np.errstate(divide="ignore"):
+            keys = -np.log1p(-u) / rows
+        out = np.argsort(keys, axis=1, kind="stable")[:, :k]
+    return _wrap(out.astype(np.int64).reshape(w.shape[:-1] + (k,)))

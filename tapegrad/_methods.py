@@ -14,6 +14,7 @@ from .ops import _linalg as L
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
+from .ops import _torch_names as TN
 from .ops._common import check_axis, operands
 
 
@@ -126,14 +127,6 @@ def _repeat(self: Tensor, *sizes: Any, axis: Any = None) -> Tensor:
             "numpy's element repeat write tg.repeat(x, n, axis) or x.repeat_interleave(n, dim)"
         )
     return S.tile(self, sizes)
-
-
-def _repeat_interleave(self: Tensor, repeats: Any, dim: Any = None) -> Tensor:
-    """PyTorch's ``repeat_interleave``: each element repeated (numpy's ``repeat``)."""
-    if isinstance(repeats, Tensor):
-        repeats = repeats._data
-        repeats = int(repeats) if repeats.ndim == 0 else repeats
-    return S.repeat(self, repeats, axis=dim)
 
 
 def _permute(self: Tensor, *axes: Any) -> Tensor:
@@ -285,7 +278,6 @@ def _bind() -> None:
         "transpose": S.transpose,
         "permute": _permute,
         "repeat": _repeat,
-        "repeat_interleave": _repeat_interleave,
         "T": property(S.permute_dims),
         "mT": property(lambda self: S.swapaxes(self, -1, -2)),
         "numpy": _numpy,
@@ -424,27 +416,6 @@ def _clamp(a: Any, min: Any = None, max: Any = None) -> Any:
     return np.clip(a, min, max)
 
 
-def _bmm(self: Tensor, other: Any) -> Tensor:
-    """PyTorch's ``bmm``: (B, n, k) @ (B, k, m); both must be 3-d."""
-    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
-    if self.ndim != 3 or other.ndim != 3 or self.shape[0] != other.shape[0]:
-        raise ValueError(
-            f"bmm: needs (B, n, k) and (B, k, m), got {self.shape} and {other.shape}; "
-            "use matmul (@) to broadcast"
-        )
-    return L.matmul(self, other)
-
-
-def _mm(self: Tensor, other: Any) -> Tensor:
-    """PyTorch's ``mm``: (n, k) @ (k, m); both must be 2-d."""
-    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
-    if self.ndim != 2 or other.ndim != 2:
-        raise ValueError(
-            f"mm: needs two 2-d tensors, got {self.shape} and {other.shape}; use matmul (@)"
-        )
-    return L.matmul(self, other)
-
-
 def _new(self: Tensor, data: Any, dtype: Any = None) -> Tensor:
     a = data._data if isinstance(data, Tensor) else data
     return _wrap(np.array(a, dtype=self.dtype if dtype is None else dtype))
@@ -502,7 +473,7 @@ def _reduce_with_indices(name: str, values: Any, indices: Any) -> Any:
             raise TypeError(f"{name}: takes axis= (numpy) or dim= (PyTorch), got {args!r}")
         if dim is not None:
             kd = bool(keepdim)
-            return _ValuesIndices(values(self, axis=dim, keepdims=kd),
+            return TN.ValuesIndices(values(self, axis=dim, keepdims=kd),
                                   indices(self, axis=dim, keepdims=kd))  # fmt: skip
         return values(self, axis=axis, keepdims=keepdims or bool(keepdim))
 
@@ -513,21 +484,6 @@ def _reduce_with_indices(name: str, values: Any, indices: Any) -> Any:
         "since the two libraries read it differently."
     )
     return op
-
-
-class _ValuesIndices(tuple):  # type: ignore[type-arg]
-    """PyTorch's ``(values, indices)`` result of ``max(dim=...)``/``min(dim=...)``."""
-
-    def __new__(cls, values: Tensor, indices: Tensor) -> _ValuesIndices:
-        return super().__new__(cls, (values, indices))
-
-    @property
-    def values(self) -> Tensor:
-        return self[0]  # type: ignore[no-any-return]
-
-    @property
-    def indices(self) -> Tensor:
-        return self[1]  # type: ignore[no-any-return]
 
 
 def _arg_torch(f: Any) -> Any:
@@ -563,9 +519,7 @@ def _bind_torch() -> None:
     T = Tensor
     methods: dict[str, Any] = {
         "size": property(lambda self: _Size(self.shape)),
-        "bmm": _bmm,
-        "mm": _mm,
-        "new_tensor": _new,
+                "new_tensor": _new,
         "new_zeros": _new_full_like(0),
         "new_ones": _new_full_like(1),
         "new_empty": _new_full_like(0),
@@ -598,8 +552,6 @@ def _type(self: Tensor, dtype: Any = None) -> Any:
 
 
 def _bind_torch_names() -> None:
-    from .ops import _torch_names as TN  # noqa: PLC0415
-
     T = Tensor
     for name in TN.DIM_OPS:
         f = getattr(T, name, None)
@@ -616,6 +568,16 @@ def _bind_torch_names() -> None:
         "view_as": lambda self, other: S.reshape(self, other.shape),
         "contiguous": lambda self: self,  # arrays here are always usable as they are
         "type": _type,
+        "mm": TN.mm,
+        "bmm": TN.bmm,
+        "repeat_interleave": TN.repeat_interleave,
+        "index_select": TN.index_select,
+        "masked_fill": TN.masked_fill,
+        "topk": TN.topk,
+        "index_add": S.index_add,
+        "scatter_add": S.scatter_add,
+        "numel": lambda self: self._data.size,
+        "dim": lambda self: self._data.ndim,
     }
     for name, f in methods.items():
         setattr(T, name, f)

@@ -317,3 +317,76 @@ def test_dropout2d_on_n_c_drops_elements_not_rows() -> None:
                 getattr(tg.nn.functional, name)(tg.ones(shape), 0.5)
             with pytest.raises(RuntimeError):
                 getattr(torch.nn.functional, name)(torch.ones(shape), 0.5)
+
+
+# --- functions PyTorch code calls ----------------------------------------------------------------
+def _grad_of(f, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """``f``'s value and the gradient of ``sum(f(x) * weights)`` in tapegrad and in torch."""
+    w = tg.Parameter(a)
+    with tg.Tape() as tape:
+        y = f(w, tg)
+        loss = (y * tg.tensor(np.arange(1.0, 1.0 + y.size).reshape(y.shape))).sum()
+    tx = torch.tensor(a, requires_grad=True)
+    ty = f(tx, torch)
+    (ty * torch.arange(1.0, 1.0 + ty.numel(), dtype=torch.float64).reshape(ty.shape)).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(tape.gradient(loss, w).numpy(), tx.grad.numpy(), rtol=1e-10)
+    return y.detach().numpy(), tape
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x, m: x.norm(p=2, dim=1),
+        lambda x, m: x.norm(p=1, dim=0, keepdim=True),
+        lambda x, m: x.norm(p=3),
+        lambda x, m: x.norm(),
+        lambda x, m: m.mm(x, x.T),
+        lambda x, m: x.mm(x.T),
+        lambda x, m: x.index_select(1, m.tensor([2, 0, 2])),
+        lambda x, m: m.index_select(x, 0, m.tensor([1])),
+        lambda x, m: x.masked_fill(x > 0.5, -1.0),
+        lambda x, m: m.topk(x, 2)[0],
+        lambda x, m: m.topk(x, 1, dim=0, largest=False).values,
+        lambda x, m: x.topk(2, dim=1).values,
+        lambda x, m: x.index_add(0, m.tensor([1, 1, 0]), x[[0, 1, 0]] * 2),
+        lambda x, m: x.scatter_add(1, m.tensor([[0, 0], [2, 1]]), x[:, :2]),
+        lambda x, m: m.repeat_interleave(x, 2, dim=1),
+    ],
+)
+def test_missing_functions_equal_torch_with_gradients(f) -> None:  # type: ignore[no-untyped-def]
+    a = np.array([[0.3, -1.2, 0.9], [2.0, 0.7, -0.4]])
+    _grad_of(f, a)
+
+
+def test_topk_indices_numel_dim_and_constructors() -> None:
+    a = np.array([[0.3, -1.2, 0.9], [2.0, 0.7, -0.4]])
+    v, i = tg.topk(tg.tensor(a), 2, dim=1)
+    tv, ti = torch.topk(torch.tensor(a), 2, dim=1)
+    assert i.tolist() == ti.tolist() and i.dtype == tg.int64
+    x = tg.tensor(a)
+    assert x.numel() == torch.tensor(a).numel() == 6 and x.dim() == 2
+    t = tg.Tensor(3, 4)
+    assert t.shape == (3, 4) and t.dtype == tg.float32 and t.shape == tuple(torch.Tensor(3, 4).shape)
+    assert tg.Tensor(2, 3, 4).shape == (2, 3, 4)
+
+
+def test_randperm_and_multinomial() -> None:
+    tg.manual_seed(0)
+    p = tg.randperm(10)
+    assert sorted(p.tolist()) == list(range(10)) and p.dtype == tg.int64
+    tg.manual_seed(0)
+    assert tg.randperm(10).tolist() == p.tolist()  # the global seed makes it repeatable
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    draws = tg.multinomial(tg.tensor(probs), 20000, replacement=True).numpy()
+    np.testing.assert_allclose(np.bincount(draws, minlength=4) / 20000, probs, atol=0.02)
+    rows = tg.multinomial(tg.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 5.0, 1.0]]), 2)
+    assert rows.shape == (2, 2) and rows.dtype == tg.int64
+    for row, w in zip(rows.tolist(), ([1, 0, 1, 1], [0, 0, 5, 1]), strict=True):
+        assert len(set(row)) == 2 and all(w[j] > 0 for j in row)  # no repeats, no zero weights
+    assert tg.multinomial(tg.tensor([1.0, 0.0, 0.0]), 3).tolist() == [0, 1, 2]
+    assert torch.multinomial(torch.tensor([1.0, 0.0, 0.0]), 3).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="without replacement"):
+        tg.multinomial(tg.tensor([1.0, 0.0]), 3)
+    with pytest.raises(RuntimeError):
+        torch.multinomial(torch.tensor([1.0, 0.0]), 3)

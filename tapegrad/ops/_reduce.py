@@ -352,20 +352,36 @@ def cumprod(x: Any, axis: int | None = None) -> Tensor:
     return _cumulative(_cumprod, x, axis, "cumprod")
 
 
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
+def norm(
+    x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False, *, p: Any = None,
+    dtype: Any = None,
+) -> Tensor:  # fmt: skip
     """Vector p-norm over ``axis`` (2 by default; all axes when None, which for a matrix is the
-    Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, or inf.
+    Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, inf, -inf (the
+    smallest magnitude) or 0 (the count of nonzeros). PyTorch's ``x.norm(p=2, dim=1,
+    keepdim=True)`` spells the same (``p`` for ``ord``); a matrix norm is ``tg.linalg.norm``.
 
     The 2-norm has gradient 0 at 0 (as PyTorch), not NaN.
 
     >>> import tapegrad as tg
-    >>> tg.norm(tg.tensor([3.0, 4.0])).item()
-    5.0
+    >>> tg.norm(tg.tensor([3.0, 4.0])).item(), tg.ones((2, 4)).norm(p=1, dim=1).tolist()
+    (5.0, [4.0, 4.0])
     """
     from ._elementwise import abs as _abs  # noqa: PLC0415
     from ._elementwise import sqrt, where  # noqa: PLC0415
 
+    if p is not None:
+        if ord is not None:
+            raise TypeError("norm: give ord= (numpy's name) or p= (PyTorch's), not both")
+        ord = p
     x = as_tensor(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    if ord == 0:  # no gradient: a count
+        return sum((x != 0).astype(x.dtype if x.dtype.kind == "f" else default_float()),
+                   axis=axis, keepdims=keepdims)  # fmt: skip
+    if ord in (float("-inf"), "-inf"):
+        return amin(_abs(x), axis=axis, keepdims=keepdims)
     if x.dtype.kind not in "fc":
         x = x.astype(default_float())
     if ord in (None, 2, "fro"):
