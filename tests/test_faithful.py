@@ -390,3 +390,25 @@ def test_randperm_and_multinomial() -> None:
         tg.multinomial(tg.tensor([1.0, 0.0]), 3)
     with pytest.raises(RuntimeError):
         torch.multinomial(torch.tensor([1.0, 0.0]), 3)
+
+
+# --- results a PyTorch op suite found different ------------------------------------------------
+@pytest.mark.parametrize("e", [0.0, -1.0, -0.5, 0.5, 2.0, -2.0, 1.5])
+def test_pow_values_and_gradients_at_zero_equal_torch(e: float) -> None:
+    xs = np.array([0.0, -0.0, 2.0, -2.0, 0.5])
+    with np.errstate(all="ignore"):
+        for tensor_exponent in (False, True):
+            x = tg.Parameter(xs.copy())
+            y = tg.Parameter(np.full(xs.shape, e))
+            with tg.Tape() as tape:
+                out = x ** (y if tensor_exponent else e)
+            grads = tape.gradient(out, [x, y], output_gradients=tg.ones(xs.shape, dtype=tg.float64))
+            tx = torch.tensor(xs, requires_grad=True)
+            ty = torch.tensor(np.full(xs.shape, e), requires_grad=True)
+            tout = tx ** (ty if tensor_exponent else e)
+            tout.backward(torch.ones(xs.shape, dtype=torch.float64))
+            same = np.testing.assert_array_equal  # inf, -inf and nan included
+            same(out.detach().numpy(), tout.detach().numpy())
+            same(grads[0].numpy(), tx.grad.numpy())
+            if tensor_exponent:
+                same(grads[1].numpy(), ty.grad.numpy())
