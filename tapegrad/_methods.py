@@ -457,35 +457,6 @@ def _split(self: Tensor, split_size_or_sections: Any, *args: Any, axis: Any = No
     return S.split(self, split_size_or_sections, *args, axis=axis, dim=dim)
 
 
-_MAX_MESSAGE = (
-    "{name}: x.{name}({dim}) means the {vals} over axis {dim} in numpy and (values, indices) "
-    "in PyTorch; write x.{name}(axis={dim}) for the values, or x.{name}(dim={dim}) for "
-    "PyTorch's (values, indices) pair"
-)
-
-
-def _reduce_with_indices(name: str, values: Any, indices: Any) -> Any:
-    def op(self: Tensor, *args: Any, axis: Any = None, keepdims: bool = False,
-           dim: Any = None, keepdim: Any = None) -> Any:  # fmt: skip
-        if args and isinstance(args[0], (int, np.integer)):
-            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0], vals=name + "imum"))
-        if args:  # x.max(other): numpy has no such method form; PyTorch's elementwise max
-            raise TypeError(f"{name}: takes axis= (numpy) or dim= (PyTorch), got {args!r}")
-        if dim is not None:
-            kd = bool(keepdim)
-            return TN.ValuesIndices(values(self, axis=dim, keepdims=kd),
-                                  indices(self, axis=dim, keepdims=kd))  # fmt: skip
-        return values(self, axis=axis, keepdims=keepdims or bool(keepdim))
-
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = (
-        f"numpy's ``x.{name}(axis=..., keepdims=...)`` (the values); PyTorch's "
-        f"``x.{name}(dim=d)`` returns ``(values, indices)``; a bare ``x.{name}(1)`` raises "
-        "since the two libraries read it differently."
-    )
-    return op
-
-
 def _arg_torch(f: Any) -> Any:
     def op(self: Tensor, axis: Any = None, keepdims: bool = False, *,
            dim: Any = None, keepdim: Any = None) -> Tensor:  # fmt: skip
@@ -534,8 +505,6 @@ def _bind_torch() -> None:
         "copy_": _torch_inplace("copy_", lambda a, src: src),
         "data": property(_data_view, _set_data),
         "split": _split,
-        "max": _reduce_with_indices("max", R.amax, R.argmax),
-        "min": _reduce_with_indices("min", R.amin, R.argmin),
         "argmax": _arg_torch(R.argmax),
         "argmin": _arg_torch(R.argmin),
         "var": _spread(R.var),

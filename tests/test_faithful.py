@@ -412,3 +412,71 @@ def test_pow_values_and_gradients_at_zero_equal_torch(e: float) -> None:
             same(grads[0].numpy(), tx.grad.numpy())
             if tensor_exponent:
                 same(grads[1].numpy(), ty.grad.numpy())
+
+
+def test_max_min_dim_pair_other_tensor_and_ambiguous_int() -> None:
+    a = np.array([[1.0, 5.0, 5.0], [7.0, 2.0, 7.0]])
+    for name in ("max", "min"):
+        for f in (getattr(tg, name), lambda x, *a, _n=name, **k: getattr(x, _n)(*a, **k)):
+            v, i = f(tg.tensor(a), dim=1)
+            tv, ti = getattr(torch, name)(torch.tensor(a), dim=1)
+            _same(v, tv)
+            assert i.tolist() == ti.tolist()
+            v, i = f(tg.tensor(a), dim=0, keepdim=True)
+            assert v.shape == (1, 3) and i.shape == (1, 3)
+            _same(f(tg.tensor(a), tg.tensor(a[::-1].copy())),
+                  getattr(torch, name)(torch.tensor(a), torch.tensor(a[::-1].copy())))  # fmt: skip
+            _same(f(tg.tensor(a)), getattr(torch, name)(torch.tensor(a)))
+            with pytest.raises(TypeError, match=r"axis=1.*dim=1"):
+                f(tg.tensor(a), 1)
+    assert np.max(tg.tensor(a), 1).tolist() == [5.0, 7.0]  # numpy's function keeps its meaning
+    # the gradient of max(dim)'s values reaches the returned index only, as torch's
+    _, tape = _grad_of(lambda x, m: m.max(x, dim=1)[0], a)
+
+
+def test_roll_one_shift_in_a_tuple_without_dims() -> None:
+    a = np.arange(6.0).reshape(3, 2)
+    _same(tg.roll(tg.tensor(a), (1,)), torch.roll(torch.tensor(a), (1,)))
+    _same(tg.tensor(a).roll((2,)), torch.tensor(a).roll((2,)))
+    with pytest.raises(ValueError, match="axes"):
+        tg.roll(tg.tensor(a), (1, 1))
+    with pytest.raises(RuntimeError):
+        torch.roll(torch.tensor(a), (1, 1))
+
+
+@pytest.mark.parametrize(
+    "idx",
+    [
+        (slice(None), [0, 1], slice(None), [1, 2]),
+        ([0, 1], slice(None), [1, 2]),
+        (Ellipsis, [0, 1]),
+        ([0, 1], slice(None), 0),
+        (slice(None), [0, 1], 0),
+        (Ellipsis, 0, [0, 1]),
+        (1, [0, 1], [1, 2]),
+        (None, [0, 1], slice(None), [1, 2]),
+    ],
+    ids=str,
+)
+def test_advanced_index_layout_equals_torch(idx: tuple) -> None:
+    a = np.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)
+    tidx = tuple(torch.tensor(i) if isinstance(i, list) else i for i in idx)
+    _same(tg.tensor(a)[idx], torch.tensor(a)[tidx])
+
+
+@pytest.mark.parametrize(
+    "idx",
+    [
+        (0, slice(None), [0, 1]),
+        (slice(None), 0, slice(None), [0, 1]),
+        (0, Ellipsis, [0, 1]),
+        (slice(None), [0, 1], slice(None), 0),  # equal shapes (2, 2, 4), transposed values
+    ],
+    ids=str,
+)
+def test_int_and_array_split_by_a_slice_raises(idx: tuple) -> None:
+    a = np.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)
+    tidx = tuple(torch.tensor(i) if isinstance(i, list) else i for i in idx)
+    assert not np.array_equal(a[idx], torch.tensor(a)[tidx].numpy())  # the two libraries differ
+    with pytest.raises(IndexError, match=r"x\[i\]\[...\].*x\[\[i\], ...\]"):
+        tg.tensor(a)[idx]

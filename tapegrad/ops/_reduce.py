@@ -158,8 +158,52 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return apply(_amin, x, axis=axes, keepdims=keepdims, shape=x.shape)
 
 
-# numpy's names; unlike torch.max(x, dim) they return the values only (use argmax for indices)
-max, min = amax, amin
+_MAX_MESSAGE = (
+    "{name}: {name}(x, {dim}) means the {name}ima over axis {dim} in numpy and a (values, "
+    "indices) pair in PyTorch; write {name}(x, axis={dim}) or tg.a{name}(x, {dim}) for the "
+    "values, or {name}(x, dim={dim}) for PyTorch's (values, indices) pair"
+)
+
+
+def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
+    def op(x: Any, *args: Any, axis: Any = None, keepdims: bool = False, dim: Any = None,
+           keepdim: Any = None) -> Any:  # fmt: skip
+        if args and len(args) == 1 and isinstance(args[0], (int, np.integer)):
+            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0]))
+        if args:  # PyTorch's max(x, other): the elementwise maximum
+            if len(args) != 1 or axis is not None or dim is not None:
+                raise TypeError(f"{name}: takes one other tensor, or axis= (numpy) or dim= "
+                                f"(PyTorch), got {args!r}")  # fmt: skip
+            from . import _elementwise as E  # noqa: PLC0415
+
+            return getattr(E, pairwise)(x, args[0])
+        if dim is not None:
+            from ._shape import squeeze, take_along_axis  # noqa: PLC0415
+            from ._torch_names import ValuesIndices  # noqa: PLC0415
+
+            x = as_tensor(x)
+            ax = check_axis(dim, x.ndim, name) if x.ndim else None
+            idx = indices(x, axis=ax, keepdims=True)
+            # the gradient reaches the returned index only, as PyTorch's max(dim)
+            vals = x if x.ndim == 0 else take_along_axis(x, idx, ax)
+            if not keepdim and x.ndim:
+                vals, idx = squeeze(vals, ax), squeeze(idx, ax)
+            return ValuesIndices(vals, idx)
+        return values(x, axis=axis, keepdims=keepdims or builtins.bool(keepdim))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"numpy's ``{name}(x, axis=None, keepdims=False)`` (the values; tied extremes split the "
+        f"gradient) and PyTorch's ``{name}(x, dim=d, keepdim=False)`` (a ``(values, indices)`` "
+        f"pair) and ``{name}(x, other)`` (the elementwise {pairwise}); a bare ``{name}(x, 1)`` "
+        "raises, since the two libraries read it differently.\n\n"
+        f"    >>> import tapegrad as tg\n"
+        f"    >>> tg.{name}(tg.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1).indices.tolist()\n"
+        f"    [1, 0]\n"
+    )
+    return op
+
+
 
 
 def var(
@@ -281,6 +325,8 @@ def _arg(f: Any, name: str) -> Any:
 
 argmax = _arg(np.argmax, "argmax")
 argmin = _arg(np.argmin, "argmin")
+max = _extreme("max", amax, argmax, "maximum")
+min = _extreme("min", amin, argmin, "minimum")
 
 
 def all(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:

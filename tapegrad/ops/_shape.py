@@ -456,6 +456,13 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
     """
     x = as_tensor(x)
     if axis is None:
+        if isinstance(shift, (list, tuple)):  # PyTorch's roll(x, (k,)): one shift, flattened
+            if len(shift) != 1:
+                raise ValueError(
+                    f"roll: {len(shift)} shifts {tuple(shift)} need as many axes; without axis "
+                    "the flattened tensor takes one shift"
+                )
+            shift = shift[0]
         return reshape(roll(reshape(x, (-1,)), shift, 0), x.shape)
     if isinstance(axis, (list, tuple)):
         axis = tuple(check_axis(int(a), x.ndim, "roll") for a in axis)
@@ -536,6 +543,43 @@ _getitem: Primitive = defprim(
 )
 
 
+_LAYOUT_MESSAGE = (
+    "index: x[{idx}] (tensor shape {shape}) mixes an integer and an index array separated by a "
+    "slice, where numpy and PyTorch place the array's axes differently (numpy counts the integer "
+    "as an index array, so the axes go first; PyTorch selects with the integer first and keeps "
+    "them in place). Write the integer as its own step, x[i][...], for PyTorch's layout, or as "
+    "an index array, x[[i], ...], for numpy's"
+)
+
+
+def _layouts_differ(idx: tuple[Any, ...]) -> bool:
+    """Whether numpy and PyTorch place the advanced axes of ``idx`` differently: numpy counts
+    integers as index arrays (separated arrays go first), PyTorch selects with them first."""
+    kinds = []
+    for i in idx:
+        if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
+            kinds.append("i")
+        elif hasattr(i, "dtype") and getattr(i, "ndim", 0) > 0:
+            kinds.append("a")
+        else:
+            kinds.append("s")  # slice, None, Ellipsis
+    if "a" not in kinds or "i" not in kinds:
+        return False
+
+    def adjacent(ks: list[str], marks: str) -> bool:
+        where = [k for k, c in enumerate(ks) if c in marks]
+        return where[-1] - where[0] + 1 == len(where)
+
+    # numpy: separated index arrays (ints included) go first; PyTorch: adjacent arrays (ints
+    # gone) stay where the first one is, which is first too when nothing precedes it
+    torch_kinds = [c for c in kinds if c != "i"]
+    return (
+        not adjacent(kinds, "ia")
+        and adjacent(torch_kinds, "a")
+        and torch_kinds.index("a") > 0
+    )
+
+
 def getitem(x: Tensor, idx: Any) -> Tensor:
     """``x[idx]``: ints, slices (any step), None, Ellipsis, integer arrays and bool masks
     (Tensors or numpy arrays). Gathered positions that repeat accumulate their gradients.
@@ -546,6 +590,8 @@ def getitem(x: Tensor, idx: Any) -> Tensor:
     ([[4, 6], [8, 10]], [1, 9])
     """
     idx = _norm_index(idx)
+    if type(idx) is tuple and len(idx) > 2 and _layouts_differ(idx):
+        raise IndexError(_LAYOUT_MESSAGE.format(idx=_show(idx), shape=x.shape))
     try:
         return apply(_getitem, x, idx=idx, advanced=_is_advanced(idx), shape=x.shape)
     except IndexError as e:
