@@ -78,6 +78,7 @@ class _DataView(Tensor):
     (``x``'s version moves), so a tape that saved ``x`` refuses to differentiate with it."""
 
     __slots__ = ("_base",)
+    _base: Tensor
 
 
 def _before_write(t: Tensor, op: str) -> None:
@@ -157,7 +158,7 @@ def _guarded_array(t: Tensor) -> Any:
     (``x.data.numpy()`` and ``x.detach().numpy()`` leave the tape on purpose)."""
     a = _plain_numpy(t)
     leaving = isinstance(t, _DataView)
-    if leaving:
+    if isinstance(t, _DataView):
         t = t._base
     if t._tid is None or a.dtype.kind not in "fc":
         return a

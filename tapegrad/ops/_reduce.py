@@ -159,8 +159,8 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 _MAX_MESSAGE = (
-    "{name}: {name}(x, {dim}) means the {name}ima over axis {dim} in numpy and a (values, "
-    "indices) pair in PyTorch; write {name}(x, axis={dim}) or tg.a{name}(x, {dim}) for the "
+    "{name}: tg.{name}(x, {dim}) or x.{name}({dim}) means the {name}imum over axis {dim} in numpy "
+    "and a (values, indices) pair in PyTorch; write {name}(x, axis={dim}) or tg.a{name}(x, {dim}) for the "
     "values, or {name}(x, dim={dim}) for PyTorch's (values, indices) pair"
 )
 
@@ -182,11 +182,13 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
             from ._torch_names import ValuesIndices  # noqa: PLC0415
 
             x = as_tensor(x)
-            ax = check_axis(dim, x.ndim, name) if x.ndim else None
+            if x.ndim == 0:
+                return ValuesIndices(x, indices(x))
+            ax = check_axis(dim, x.ndim, name)
             idx = indices(x, axis=ax, keepdims=True)
             # the gradient reaches the returned index only, as PyTorch's max(dim)
-            vals = x if x.ndim == 0 else take_along_axis(x, idx, ax)
-            if not keepdim and x.ndim:
+            vals = take_along_axis(x, idx, ax)
+            if not keepdim:
                 vals, idx = squeeze(vals, ax), squeeze(idx, ax)
             return ValuesIndices(vals, idx)
         return values(x, axis=axis, keepdims=keepdims or builtins.bool(keepdim))
@@ -199,7 +201,7 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
         "raises, since the two libraries read it differently.\n\n"
         f"    >>> import tapegrad as tg\n"
         f"    >>> tg.{name}(tg.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1).indices.tolist()\n"
-        f"    [1, 0]\n"
+        f"    {[1, 0] if name == 'max' else [0, 1]}\n"
     )
     return op
 

@@ -111,7 +111,7 @@ class RNNBase(Module):
     def forward(self, input: Any, hx: Any = None) -> tuple[Tensor, Any]:
         name = type(self).__name__
         x = float_input(input, name)
-        check_dtype(self, x, self.weight_ih_l0)
+        check_dtype(self, x, getattr(self, "weight_ih_l0", None))
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             raise ValueError(
                 f"{name}(input_size={self.input_size}): input has shape {x.shape}; expected "
