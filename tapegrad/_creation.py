@@ -51,14 +51,19 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     arr = _to_array(data, dtype, device)
     if isinstance(data, Tensor) or B.is_array(data):
         arr = arr.copy() if arr is (data._data if isinstance(data, Tensor) else data) else arr
-    if requires_grad:
-        if arr.dtype.kind != "f":
-            raise TypeError(
-                f"tensor(requires_grad=True): only float tensors can have a gradient, got "
-                f"{arr.dtype} (as PyTorch); pass dtype=tg.float32"
-            )
-        return Parameter(arr, dtype=arr.dtype)
-    return _wrap(arr)
+    return _trainable(_wrap(arr), requires_grad, "tensor")
+
+
+def _trainable(t: Tensor, requires_grad: bool, op: str) -> Tensor:
+    """PyTorch's ``requires_grad=True``: ``t`` as a Parameter, which every tape watches."""
+    if not requires_grad:
+        return t
+    if t.dtype.kind != "f":
+        raise TypeError(
+            f"{op}(requires_grad=True): only float tensors can have a gradient, got {t.dtype} "
+            "(as PyTorch); pass dtype=tg.float32"
+        )
+    return Parameter(t._data, dtype=t.dtype)
 
 
 def from_numpy(a: Any) -> Tensor:
@@ -75,19 +80,25 @@ def from_dlpack(x: Any) -> Tensor:
     return _wrap(np.from_dlpack(x))
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def zeros(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor of zeros (the default float unless ``dtype``).
 
     >>> import tapegrad as tg
     >>> tg.zeros(2, 3).shape, tg.zeros((2,), dtype=tg.int64).tolist()
     ((2, 3), [0, 0])
     """
-    return _on(np.zeros(_shape(shape), dtype=as_dtype(dtype)), device)
+    t = _on(np.zeros(_shape(shape), dtype=as_dtype(dtype)), device)
+    return _trainable(t, requires_grad, "zeros")
 
 
-def ones(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def ones(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor of ones (the default float unless ``dtype``)."""
-    return _on(np.ones(_shape(shape), dtype=as_dtype(dtype)), device)
+    t = _on(np.ones(_shape(shape), dtype=as_dtype(dtype)), device)
+    return _trainable(t, requires_grad, "ones")
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -103,16 +114,20 @@ def _fill_dtype(fill_value: Any) -> Any:
     return default_float()
 
 
-def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def full(
+    shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor filled with ``fill_value``; its dtype follows the value (bool, int64 or the
-    default float) unless ``dtype``.
+    default float) unless ``dtype``. ``requires_grad=True`` (as in ``zeros``, ``ones``,
+    ``randn``, ``rand`` and ``tensor``) gives a ``tg.Parameter``.
 
     >>> import tapegrad as tg
     >>> tg.full((2,), 7).tolist(), tg.full(2, 0.5).dtype
     ([7, 7], dtype('float32'))
     """
     dtype = as_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
-    return _on(np.full(_size(shape), fill_value, dtype=dtype), device)
+    t = _on(np.full(_size(shape), fill_value, dtype=dtype), device)
+    return _trainable(t, requires_grad, "full")
 
 
 def _like(x: Any, f: Any, dtype: Any, device: Any) -> Tensor:
@@ -288,8 +303,9 @@ def _fdtype(dtype: Any) -> np.dtype:
 
 
 def randn(
-    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
-) -> Tensor:
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+    requires_grad: bool = False,
+) -> Tensor:  # fmt: skip
     """Standard normal samples of ``shape`` (the default float unless ``dtype``).
 
     >>> import tapegrad as tg
@@ -297,15 +313,17 @@ def randn(
     (2, 3)
     """
     d = _fdtype(dtype)
-    return _draw(generator, "standard_normal", (_shape(shape),), d, device)
+    t = _draw(generator, "standard_normal", (_shape(shape),), d, device)
+    return _trainable(t, requires_grad, "randn")
 
 
 def rand(
-    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
-) -> Tensor:
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+    requires_grad: bool = False,
+) -> Tensor:  # fmt: skip
     """Uniform samples in [0, 1) of ``shape``."""
     d = _fdtype(dtype)
-    return _draw(generator, "random", (_shape(shape),), d, device)
+    return _trainable(_draw(generator, "random", (_shape(shape),), d, device), requires_grad, "rand")
 
 
 def randn_like(

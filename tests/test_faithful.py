@@ -480,3 +480,21 @@ def test_int_and_array_split_by_a_slice_raises(idx: tuple) -> None:
     assert not np.array_equal(a[idx], torch.tensor(a)[tidx].numpy())  # the two libraries differ
     with pytest.raises(IndexError, match=r"x\[i\]\[...\].*x\[\[i\], ...\]"):
         tg.tensor(a)[idx]
+
+
+def test_creation_functions_take_requires_grad() -> None:
+    for make in (
+        lambda: tg.zeros(2, 3, requires_grad=True),
+        lambda: tg.ones((2, 3), requires_grad=True),
+        lambda: tg.randn(2, 3, requires_grad=True),
+        lambda: tg.rand(2, 3, requires_grad=True),
+        lambda: tg.full((2, 3), 0.5, requires_grad=True),
+    ):
+        x = make()
+        assert isinstance(x, tg.Parameter) and x.shape == (2, 3)
+        with tg.Tape() as tape:
+            y = (x * 3.0).sum()
+        np.testing.assert_array_equal(tape.gradient(y)[x].numpy(), np.full((2, 3), 3.0))
+    assert not isinstance(tg.zeros(2), tg.Parameter)
+    with pytest.raises(TypeError, match="only float"):
+        tg.full((2,), 1, requires_grad=True)
