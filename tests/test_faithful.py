@@ -498,3 +498,13 @@ def test_creation_functions_take_requires_grad() -> None:
     assert not isinstance(tg.zeros(2), tg.Parameter)
     with pytest.raises(TypeError, match="only float"):
         tg.full((2,), 1, requires_grad=True)
+
+
+def test_assignment_through_a_mixed_index_raises_unless_a_scalar() -> None:
+    x = tg.zeros((2, 3, 4))
+    with pytest.raises(IndexError, match="numpy and PyTorch place"):
+        x[0, :, [0, 1]] = tg.ones((3, 2))  # PyTorch's (3, 2); numpy's would be (2, 3)
+    x[0, :, [0, 1]] = 1.0  # a scalar lands in the same places in both
+    t = torch.zeros((2, 3, 4))
+    t[0, :, [0, 1]] = 1.0
+    _same(x, t)
