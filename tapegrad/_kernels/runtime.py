@@ -150,7 +150,7 @@ def jit(
 
     nb = numba()
     assert nb is not None, "kernel modules are imported only when numba is selected"
-    from numba.core import sigutils  # noqa: PLC0415
+    from numba.core import sigutils, typeinfer  # noqa: PLC0415
 
     def deco(fn: Any) -> Any:
         where = cache_dir()
@@ -171,10 +171,13 @@ def jit(
         finally:
             config.CACHE_DIR = old
         if signatures is not None and not lazy:
-            for sig in signatures:
-                if _load(disp, tuple(sigutils.normalize_signature(sig)[0])) is None:
-                    disp.compile(sig)
-            disp.disable_compile()  # as numba's njit(signatures): those types and no others
+            # as numba's njit(signatures): known to typing before its name is bound (a
+            # recursive kernel calls itself), those types and no others
+            with typeinfer.register_dispatcher(disp):
+                for sig in signatures:
+                    if _load(disp, tuple(sigutils.normalize_signature(sig)[0])) is None:
+                        disp.compile(sig)
+                disp.disable_compile()
             return disp
         if lazy:
             _tier(disp, recipe or ("", f"{fn.__module__}:{fn.__qualname__}", ()))
