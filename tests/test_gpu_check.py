@@ -77,8 +77,10 @@ def test_install_failure_skips_cleanly(monkeypatch: pytest.MonkeyPatch,
     calls = []
     monkeypatch.setattr(gc, "probe_cuda", lambda: "CuPy is not installed (...)")
     monkeypatch.setattr(gc, "install", lambda: calls.append(1) or "ERROR: no network")
+    before = os.environ.get("TAPEGRAD_KERNELS")
     assert gc.main(["--install"]) == 0
     assert calls == [1]
+    assert os.environ.get("TAPEGRAD_KERNELS") == before  # a skip changes nothing in the process
     assert capsys.readouterr().out == "gpu_check: skipped: pip install failed (ERROR: no network)\n"
 
 

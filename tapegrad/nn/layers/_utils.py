@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._amp import is_autocast_enabled
 from ..._creation import empty
 from ..._tensor import Parameter
 
@@ -34,6 +35,8 @@ def check_dtype(layer: Any, input: Any, p: Any) -> None:
     slower, and return float32 gradients for float64 work). ``p`` None: nothing to check."""
     dt = getattr(input, "dtype", None)
     if p is None or dt is None or dt == p.dtype or dt.kind != "f" or p.dtype.kind != "f":
+        return
+    if is_autocast_enabled():  # autocast casts both sides itself (as in PyTorch)
         return
     raise DtypeMismatchError(
         f"{type(layer).__name__}: the input is {dt} but the layer's parameters are {p.dtype} "
