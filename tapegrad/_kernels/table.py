@@ -78,36 +78,36 @@ register("log_softmax_grad", "rows",
 
 
 # -- losses (softmax.py, elementwise.py) ------------------------------------------------------
-def _ce(x: Any, t: Any, coef: Any, *_: Any) -> bool:
+def ce_fits(x: Any, t: Any, coef: Any, *_: Any) -> bool:
     """(N, C) C-contiguous float logits, int64 class indices, coefficients of x's dtype."""
     return (x.ndim == 2 and floats(x, coef) and x.flags.c_contiguous
             and type(t) is np.ndarray and t.dtype == np.int64)
 
 
-def _ce_probs(x: Any, t: Any, *_: Any) -> bool:
+def ce_probs_fits(x: Any, t: Any, *_: Any) -> bool:
     return floats(x, t) and x.flags.c_contiguous and t.flags.c_contiguous
 
 
-def _bce(x: Any, t: Any, *_: Any) -> bool:
+def bce_fits(x: Any, t: Any, *_: Any) -> bool:
     return floats(x, t) and x.shape == t.shape and x.flags.c_contiguous and t.flags.c_contiguous
 
 
-register("cross_entropy", "rows", _ce, "softmax:cross_entropy")
+register("cross_entropy", "rows", ce_fits, "softmax:cross_entropy")
 register("cross_entropy_grad", "rows",
-         lambda x, g, t, coef, total: _ce(x, t, coef) and floats(x, g),
+         lambda x, g, t, coef, total: ce_fits(x, t, coef) and floats(x, g),
          "softmax:cross_entropy_grad_op")
 register("ce_targets", "one pass", lambda x, t, c, ignore_index: floats(x),
          "softmax:ce_targets_op")
-register("cross_entropy_probs", "rows", _ce_probs, "softmax:cross_entropy_probs")
+register("cross_entropy_probs", "rows", ce_probs_fits, "softmax:cross_entropy_probs")
 register("cross_entropy_probs_grad", "rows",
-         lambda xp, g, x, t, scale, total, i: _ce_probs(x, t) and floats(g, x),
+         lambda xp, g, x, t, scale, total, i: ce_probs_fits(x, t) and floats(g, x),
          "softmax:cross_entropy_probs_grad_op")
 register("outside_unit", "loop", lambda a: floats(a) and a.flags.c_contiguous,
          "elementwise:outside_unit")
-register("binary_cross_entropy", "loop", _bce, "elementwise:bce_probs")
-register("binary_cross_entropy_with_logits", "loop", _bce, "elementwise:bce_with_logits")
+register("binary_cross_entropy", "loop", bce_fits, "elementwise:bce_probs")
+register("binary_cross_entropy_with_logits", "loop", bce_fits, "elementwise:bce_with_logits")
 register("binary_cross_entropy_grad", "loop",
-         lambda xp, g, x, t, scale, i, logits: _bce(x, t) and floats(g, x),
+         lambda xp, g, x, t, scale, i, logits: bce_fits(x, t) and floats(g, x),
          "elementwise:bce_grad_op")
 
 
@@ -153,7 +153,7 @@ HEADS_MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/desi
 HEADS_MAX_WIDTH = 64  # a head's width
 
 
-def _heads(qkv: Any, mask: Any, *_: Any) -> bool:
+def heads_fits(qkv: Any, mask: Any, *_: Any) -> bool:
     """Packed (B, L, 3, H, D) C-contiguous with small heads (short sequences, head widths a
     multiple of 8), a 4-D mask or none."""
     if not (floats(qkv, mask) and qkv.flags.c_contiguous and (mask is None or mask.ndim == 4)):
@@ -168,9 +168,9 @@ register("attention_softmax", "rows", lambda s, mask, scale: floats(s, mask),
 register("attention_score_grad", "rows",
          lambda p, ds, g, out, scale, dmask: floats(p, ds, g, out),
          "attention:score_grad_rows")
-register("attention_qkv", "small heads", _heads, "attention_heads:forward_op")
+register("attention_qkv", "small heads", heads_fits, "attention_heads:forward_op")
 register("attention_qkv_grad", "small heads",
-         lambda xp, g, ans, qkv, mask, scale, needs, keep: bool(needs[0]) and _heads(qkv, mask),
+         lambda xp, g, ans, qkv, mask, scale, needs, keep: bool(needs[0]) and heads_fits(qkv, mask),
          "attention_heads:backward_op")
 
 
