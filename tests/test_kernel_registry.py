@@ -137,6 +137,8 @@ CASES = {
 
 
 def _copy(a):
+    if type(a) is tuple:  # the arguments (a geometry, a named tuple, is a value)
+        return tuple(_copy(v) for v in a)
     if isinstance(a, np.ndarray):
         return a.copy()
     if isinstance(a, dict):
