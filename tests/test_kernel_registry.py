@@ -23,6 +23,7 @@ from tapegrad._autodiff import ARRAYS
 from tapegrad._kernels import registry
 from tapegrad.nn import _f_attention as A
 from tapegrad.nn import _f_common as C
+from tapegrad.nn import _f_conv as CV
 from tapegrad.nn import _f_linear as LIN
 from tapegrad.nn import _f_loss as L
 from tapegrad.nn import _f_norm as N
@@ -50,6 +51,9 @@ def _ce_targets_ref(x, t, c, ignore_index):
 
 def _geom(x):
     return P._pool_args(tg.tensor(x), 2, None, 0, 1, False, "max_pool2d")
+
+
+_CONV = CV.Geom((2, 3, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (6, 6))
 
 
 def _adam_case(dt):
@@ -132,6 +136,12 @@ CASES = {
     "attention_qkv_grad": (False, lambda dt: (A._attn_qkv_grad, (
         ARRAYS, _r(34, (2, 2, 6, 8), dt), _heads(dt)[1], _heads(dt)[0], None, 0.35,
         (True, False), None))),
+    "im2col": (True, lambda dt: (CV._im2col, (_r(35, (2, 3, 6, 6), dt), _CONV))),
+    "col2im": (True, lambda dt: (CV._col2im, (_r(36, (27, 72), dt), _CONV))),
+    "conv_unpack": (True, lambda dt: (CV._unpack, (
+        _r(37, (1, 4, 72), dt), _r(38, (4,), dt), np.empty((2, 4, 6, 6), dt)))),
+    "conv_pack": (True, lambda dt: (CV._pack, (_r(39, (2, 4, 6, 6), dt), 2))),
+    "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
     "adam": (True, _adam_case),
 }
 

@@ -174,6 +174,15 @@ register("attention_qkv_grad", "small heads",
          "attention_heads:backward_op")
 
 
+# -- convolutions' layout passes (conv.py) ---------------------------------------------------
+register("im2col", "one pass", lambda x, geom: floats(x), "conv:im2col")
+register("col2im", "one pass", lambda cols, geom: floats(cols), "conv:col2im")
+register("conv_unpack", "one pass", lambda y, b, out: floats(y, b), "conv:unpack")
+register("conv_pack", "one pass", lambda g, groups: floats(g), "conv:pack_groups")
+# one pass per plane: about 2x numpy's strided sum, float64 accumulation
+register("conv_bias_grad", "planes", floats, "conv:channel_sum")
+
+
 # -- optimizers (optim.py) --------------------------------------------------------------------
 def _adam(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
     # from 4096 elements: one pass where numpy makes nine, bit for bit the same; below,

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from .. import _kernels as K
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _shape as S
 from ._f_common import check_positive, float_input, ntuple, same_float
@@ -71,10 +72,10 @@ def _windows(xp_: Any, geom: Geom) -> Any:
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
-    if K.usable(x):  # one compiled pass, no padded copy
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("im2col", _im2col, x, geom)  # compiled: one pass, no padded copy
 
-        return conv.im2col(x, geom)
+
+def _im2col(x: Any, geom: Geom) -> Any:
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
     v = _windows(pad_array(x, geom.padding), geom)  # (C, kh, kw, N, Ho, Wo)
@@ -82,10 +83,10 @@ def _im2col_fwd(x: Any, geom: Geom) -> Any:
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
-    if K.usable(cols):  # one compiled pass, the same sums in the same order
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("col2im", _col2im, cols, geom)  # compiled: the same sums in the same order
 
-        return conv.col2im(cols, geom)
+
+def _col2im(cols: Any, geom: Geom) -> Any:
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
@@ -341,26 +342,28 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     for a, z in _chunks(geom, wm.shape[-1] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
         y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
-        if K.usable(y, b):  # the planes copied out in one pass, the bias added on the way
-            from .._kernels import conv  # noqa: PLC0415
-
-            conv.unpack(y, b, out[a:z])
-            continue
-        y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
-        if b is None:
-            out[a:z] = y
-        else:
-            np.add(y, b.reshape(1, o, 1, 1), out=out[a:z])
+        # compiled: the planes copied out in one pass, the bias added on the way
+        dispatch("conv_unpack", _unpack, y, b, out[a:z])
     return out
+
+
+def _unpack(y: Any, b: Any, out: Any) -> None:
+    """The GEMM's (G, O/G, n*Ho*Wo) result ``y`` (+ ``b``) written into (n, O, Ho, Wo) ``out``."""
+    n, o, ho, wo = out.shape
+    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    if b is None:
+        out[...] = y
+    else:
+        np.add(y, b.reshape(1, o, 1, 1), out=out)
 
 
 def _grad_cols(g: Any, groups: int) -> Any:
     """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
-    n, o = g.shape[:2]
-    if K.usable(g):
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("conv_pack", _pack, g, groups)
 
-        return conv.pack(g).reshape(groups, o // groups, -1)
+
+def _pack(g: Any, groups: int) -> Any:
+    o = g.shape[1]
     return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 
@@ -421,10 +424,10 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
 
 
 def _bias_grad_fwd(g: Any, shape: tuple[int, ...]) -> Any:
-    if K.usable(g):  # one pass per plane: about 2x numpy's strided sum, float64 accumulation
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("conv_bias_grad", _bias_grad, g)
 
-        return conv.channel_sum(g)
+
+def _bias_grad(g: Any) -> Any:
     return g.sum(axis=(0, 2, 3))
 
 
