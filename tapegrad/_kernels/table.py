@@ -7,6 +7,11 @@ too. This module imports numpy only (``import tapegrad`` never imports numba): t
 modules are imported when an entry first runs. A threshold in a ``fits`` carries the
 measurement that set it. ``fits`` receives Tensors when an outer tape records backward; the
 dtype check (``usable``) then says no and the reference runs.
+
+Entries that write into arrays they are given (``add_bias``, ``attention_softmax``,
+``attention_score_grad``, ``batched_matmul``, ``conv_unpack``: arrays their primitive has just
+made; ``adam``: the optimizer's parameter and moments) make one compiled call, so a
+``NotReady`` comes before their first write and the reference starts from the arrays as given.
 """
 
 from __future__ import annotations
