@@ -51,7 +51,8 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python docs/gen_api.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	@echo "the site is in build/site (open build/site/index.html)"
+	@echo "the site is in build/site: open build/site/index.html (search works offline too),"
+	@echo "or serve it: $(BIN)/python -m http.server -d build/site -b 127.0.0.1 8000"
 
 bench: $(STAMP)
 	@$(PIP) install -q "jax[cpu]" >/dev/null 2>&1 || echo "JAX did not install: its column stays empty"

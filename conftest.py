@@ -7,11 +7,18 @@ The suite's arrays are small: a second BLAS thread only adds spin-waiting (and o
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-from threadpoolctl import threadpool_limits
+import os
 
-import tapegrad as tg
+# Kernels compile where they are first called, as numba does, so that every test runs the code it
+# names from its first call (by default they compile in a process beside and the numpy
+# references run meanwhile); subprocesses the tests start inherit it.
+os.environ.setdefault("TAPEGRAD_COMPILE", "wait")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+import tapegrad as tg  # noqa: E402
 
 _LIMIT = threadpool_limits(limits=1)  # for the whole session, doctests included
 

@@ -17,11 +17,13 @@ PAGES = {
     "nn": ("tapegrad.nn", "Layers, containers and the Module base class."),
     "functional": ("tapegrad.nn.functional", "The functional forms of the layers and losses."),
     "init": ("tapegrad.nn.init", "Parameter initialisation, as torch.nn.init."),
+    "utils": ("tapegrad.nn.utils", "Helpers on gradients, as torch.nn.utils."),
     "optim": ("tapegrad.optim", "Optimizers and learning-rate schedules."),
     "data": ("tapegrad.data", "Datasets and the DataLoader."),
     "testing": ("tapegrad.testing", "The gradient checker."),
     "distributed": ("tapegrad.distributed", "Data-parallel training on several processes (MPI)."),
     "linalg": ("tapegrad.linalg", "numpy.linalg with gradients, and the matrix products."),
+    "amp": ("tapegrad.amp", "Mixed precision: autocast and the gradient scaler."),
 }
 SKIP = {"annotations"}
 

@@ -8,11 +8,15 @@
 [2.0, -4.0]
 """
 
+from typing import Any
+
 from . import (
+    _dtypes,
     _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
     _methods,  # noqa: F401  (binds Tensor's operators)
     _numpy_api,  # noqa: F401  (numpy functions on Tensors run tapegrad's ops)
+    amp,
     data,
     distributed,
     linalg,
@@ -20,6 +24,7 @@ from . import (
     optim,
     testing,
 )
+from ._amp import autocast
 from ._anomaly import AnomalyError, detect_anomaly
 from ._autodiff import (
     Gradients,
@@ -50,6 +55,7 @@ from ._creation import (
     full_like,
     linspace,
     manual_seed,
+    multinomial,
     normal,
     ones,
     ones_like,
@@ -59,6 +65,7 @@ from ._creation import (
     randint,
     randn,
     randn_like,
+    randperm,
     tensor,
     uniform,
     zeros,
@@ -79,6 +86,7 @@ from ._dtypes import (
 from ._functional import grad, value_and_grad
 from ._io import load, load_checkpoint, save, save_checkpoint
 from ._tensor import Parameter, Tensor, is_tensor
+from ._threads import get_num_threads, set_num_threads
 from ._version import __version__
 from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
@@ -89,3 +97,9 @@ detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
 float, double, long = float32, float64, int64  # noqa: A001  (PyTorch's dtype names)
 int = int32  # noqa: A001
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bfloat16":  # lazily: `import tapegrad` does not import ml_dtypes
+        return _dtypes.bfloat16_dtype()
+    raise AttributeError(f"module 'tapegrad' has no attribute {name!r}")

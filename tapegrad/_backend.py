@@ -38,34 +38,46 @@ def normalize_device(device: Any) -> str:
     d = str(device)
     if d == "cpu":
         return "cpu"
-    if d in {"cuda", "gpu"} or d.startswith("cuda:"):
+    if d in {"cuda", "gpu", "cuda:0"}:
         return "cuda"
+    if d.startswith("cuda:"):  # would silently run on GPU 0: say so instead
+        raise ValueError(
+            f"device {device!r}: tapegrad uses one GPU, CuPy's current device ('cuda' or "
+            "'cuda:0'); choose the GPU with CUDA_VISIBLE_DEVICES or cupy.cuda.Device(n).use()"
+        )
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+
+
+def _is_cupy(a: Any) -> bool:
+    if _cupy is None:
+        # a CuPy array made before tapegrad first asked for CuPy (cupy.asarray, from_dlpack)
+        if type(a).__module__.split(".")[0] != "cupy":
+            return False
+        cupy()
+    return isinstance(a, _cupy.ndarray)  # type: ignore[union-attr]
 
 
 def is_array(a: Any) -> bool:
     if isinstance(a, np.ndarray):
         return True
-    return _cupy is not None and isinstance(a, _cupy.ndarray)
+    return _is_cupy(a)
 
 
 def xp_of(a: Any) -> ModuleType:
     """The array module (numpy or cupy) that owns ``a``."""
-    if _cupy is not None and isinstance(a, _cupy.ndarray):
-        return _cupy
-    return np
+    if isinstance(a, np.ndarray) or not _is_cupy(a):
+        return np
+    return _cupy  # type: ignore[return-value]
 
 
 def device_of(a: Any) -> str:
-    if _cupy is not None and isinstance(a, _cupy.ndarray):
-        return "cuda"
-    return "cpu"
+    if isinstance(a, np.ndarray) or not _is_cupy(a):
+        return "cpu"
+    return "cuda"
 
 
 def to_device(a: Any, device: str) -> Any:
     device = normalize_device(device)
     if device == "cpu":
-        if _cupy is not None and isinstance(a, _cupy.ndarray):
-            return _cupy.asnumpy(a)
-        return a
+        return _cupy.asnumpy(a) if _is_cupy(a) else a  # type: ignore[union-attr]
     return cupy().asarray(a)

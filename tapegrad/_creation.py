@@ -8,7 +8,7 @@ from . import _backend as B
 from ._autodiff import apply, nondiff
 from ._backend import np
 from ._dtypes import as_dtype, default_float
-from ._tensor import Tensor, _to_array, _wrap
+from ._tensor import Parameter, Tensor, _to_array, _wrap
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -31,19 +31,39 @@ def _on(a: Any, device: Any) -> Tensor:
     return _wrap(a)
 
 
-def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor from Python data, an array or a tensor (always a copy).
 
     Python floats become float32 (the default float), ints int64, bools bool.
+    ``requires_grad=True`` (PyTorch's spelling) gives a ``tg.Parameter``: every tape opened
+    with ``with tg.Tape()`` watches it, so ``tape.gradient(loss)`` / ``loss.backward()``
+    return its gradient (there is no ``.grad``; index the result: ``grads[x]``).
 
     >>> import tapegrad as tg
     >>> tg.tensor([1, 2]).dtype, tg.tensor([1.5]).dtype
     (dtype('int64'), dtype('float32'))
+    >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+    >>> with tg.Tape() as tape:
+    ...     y = (x * x).sum()
+    >>> tape.gradient(y)[x].tolist()
+    [2.0, 4.0]
     """
     arr = _to_array(data, dtype, device)
     if isinstance(data, Tensor) or B.is_array(data):
         arr = arr.copy() if arr is (data._data if isinstance(data, Tensor) else data) else arr
-    return _wrap(arr)
+    return _trainable(_wrap(arr), requires_grad, "tensor")
+
+
+def _trainable(t: Tensor, requires_grad: bool, op: str) -> Tensor:
+    """PyTorch's ``requires_grad=True``: ``t`` as a Parameter, which every tape watches."""
+    if not requires_grad:
+        return t
+    if t.dtype.kind != "f":
+        raise TypeError(
+            f"{op}(requires_grad=True): only float tensors can have a gradient, got {t.dtype} "
+            "(as PyTorch); pass dtype=tg.float32"
+        )
+    return Parameter(t._data, dtype=t.dtype)
 
 
 def from_numpy(a: Any) -> Tensor:
@@ -60,19 +80,25 @@ def from_dlpack(x: Any) -> Tensor:
     return _wrap(np.from_dlpack(x))
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def zeros(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor of zeros (the default float unless ``dtype``).
 
     >>> import tapegrad as tg
     >>> tg.zeros(2, 3).shape, tg.zeros((2,), dtype=tg.int64).tolist()
     ((2, 3), [0, 0])
     """
-    return _on(np.zeros(_shape(shape), dtype=as_dtype(dtype)), device)
+    t = _on(np.zeros(_shape(shape), dtype=as_dtype(dtype)), device)
+    return _trainable(t, requires_grad, "zeros")
 
 
-def ones(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def ones(
+    *shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor of ones (the default float unless ``dtype``)."""
-    return _on(np.ones(_shape(shape), dtype=as_dtype(dtype)), device)
+    t = _on(np.ones(_shape(shape), dtype=as_dtype(dtype)), device)
+    return _trainable(t, requires_grad, "ones")
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -88,16 +114,20 @@ def _fill_dtype(fill_value: Any) -> Any:
     return default_float()
 
 
-def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def full(
+    shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor filled with ``fill_value``; its dtype follows the value (bool, int64 or the
-    default float) unless ``dtype``.
+    default float) unless ``dtype``. ``requires_grad=True`` (as in ``zeros``, ``ones``,
+    ``randn``, ``rand`` and ``tensor``) gives a ``tg.Parameter``.
 
     >>> import tapegrad as tg
     >>> tg.full((2,), 7).tolist(), tg.full(2, 0.5).dtype
     ([7, 7], dtype('float32'))
     """
     dtype = as_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
-    return _on(np.full(_size(shape), fill_value, dtype=dtype), device)
+    t = _on(np.full(_size(shape), fill_value, dtype=dtype), device)
+    return _trainable(t, requires_grad, "full")
 
 
 def _like(x: Any, f: Any, dtype: Any, device: Any) -> Tensor:
@@ -273,8 +303,9 @@ def _fdtype(dtype: Any) -> np.dtype:
 
 
 def randn(
-    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
-) -> Tensor:
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+    requires_grad: bool = False,
+) -> Tensor:  # fmt: skip
     """Standard normal samples of ``shape`` (the default float unless ``dtype``).
 
     >>> import tapegrad as tg
@@ -282,15 +313,17 @@ def randn(
     (2, 3)
     """
     d = _fdtype(dtype)
-    return _draw(generator, "standard_normal", (_shape(shape),), d, device)
+    t = _draw(generator, "standard_normal", (_shape(shape),), d, device)
+    return _trainable(t, requires_grad, "randn")
 
 
 def rand(
-    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None
-) -> Tensor:
+    *shape: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+    requires_grad: bool = False,
+) -> Tensor:  # fmt: skip
     """Uniform samples in [0, 1) of ``shape``."""
     d = _fdtype(dtype)
-    return _draw(generator, "random", (_shape(shape),), d, device)
+    return _trainable(_draw(generator, "random", (_shape(shape),), d, device), requires_grad, "rand")
 
 
 def randn_like(
@@ -444,3 +477,56 @@ def permutation(n: int, device: Any = None, generator: Generator | None = None) 
     [0, 1, 2, 3]
     """
     return _draw(generator, "permutation", (n,), np.int64, device)
+
+
+def randperm(
+    n: int, *, generator: Generator | None = None, dtype: Any = None, device: Any = None
+) -> Tensor:
+    """PyTorch's ``randperm``: a random permutation of ``range(n)`` (int64 unless ``dtype``).
+
+    >>> import tapegrad as tg
+    >>> sorted(tg.randperm(4).tolist())
+    [0, 1, 2, 3]
+    """
+    d = as_dtype(dtype) if dtype is not None else np.dtype(np.int64)
+    return _draw(generator, "permutation", (int(n),), d, device)
+
+
+def multinomial(
+    input: Any, num_samples: int, replacement: bool = False, *, generator: Generator | None = None
+) -> Tensor:
+    """PyTorch's ``multinomial``: ``num_samples`` category indices per row of the non-negative
+    weights ``input`` (1-d, or 2-d for one draw per row; need not sum to 1), int64, with or
+    without replacement (then, as PyTorch, zero-weight categories come last, in order, once
+    the others are drawn). No gradient.
+
+    >>> import tapegrad as tg
+    >>> tg.multinomial(tg.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+    [1, 1]
+    """
+    w = np.asarray(input._data if isinstance(input, Tensor) else input, dtype=np.float64)
+    if w.ndim not in (1, 2) or w.shape[-1] == 0:
+        raise ValueError(f"multinomial: weights must be 1-d or 2-d and non-empty, got {w.shape}")
+    rows = w.reshape(-1, w.shape[-1])
+    if not np.isfinite(rows).all() or (rows < 0).any() or (rows.sum(axis=1) <= 0).any():
+        raise ValueError(
+            "multinomial: weights must be finite and non-negative, with a positive sum per row"
+        )
+    k = int(num_samples)
+    if not replacement and k > rows.shape[1]:
+        raise ValueError(
+            f"multinomial: cannot draw {k} samples without replacement from {rows.shape[1]} "
+            "categories; pass replacement=True or fewer samples"
+        )
+    if replacement:
+        u = _draw(generator, "random", ((rows.shape[0], k),), np.float64, None)._data
+        cdf = np.cumsum(rows, axis=1)
+        cdf /= cdf[:, -1:]
+        out = np.stack([np.searchsorted(c, ui, side="right") for c, ui in zip(cdf, u, strict=True)])
+        out = np.minimum(out, rows.shape[1] - 1)
+    else:  # exponential races: the k smallest Exp(1) / w are a draw without replacement
+        u = _draw(generator, "random", (rows.shape,), np.float64, None)._data
+        with np.errstate(divide="ignore"):
+            keys = -np.log1p(-u) / rows
+        out = np.argsort(keys, axis=1, kind="stable")[:, :k]
+    return _wrap(out.astype(np.int64).reshape(w.shape[:-1] + (k,)))

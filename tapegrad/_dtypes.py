@@ -16,7 +16,33 @@ int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
 bool_ = np.dtype(np.bool_)
 
+# Every float dtype the engine differentiates; bfloat16 (kind "V" in numpy) joins on first use.
+FLOAT_DTYPES: set[np.dtype] = {np.dtype(c) for c in "efdg"}
+_bfloat16: np.dtype | None = None
+
 _default_float = float32
+
+
+def bfloat16_dtype() -> np.dtype:
+    """numpy's bfloat16 from the ``ml_dtypes`` package, imported on first use."""
+    global _bfloat16
+    if _bfloat16 is None:
+        try:
+            import ml_dtypes  # noqa: PLC0415
+        except ImportError as e:
+            raise ImportError(
+                "tg.bfloat16 needs the ml_dtypes package on the CPU: "
+                "pip install 'tapegrad[amp]' (or use tg.float16)"
+            ) from e
+        _bfloat16 = np.dtype(ml_dtypes.bfloat16)
+        FLOAT_DTYPES.add(_bfloat16)
+    return _bfloat16
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bfloat16":  # lazily: `import tapegrad` does not import ml_dtypes
+        return bfloat16_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_float() -> np.dtype:
@@ -45,6 +71,8 @@ def as_dtype(dtype: Any) -> np.dtype:
         return _default_float
     if dtype is int:
         return int64
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
+        return bfloat16_dtype()
     try:
         return np.dtype(dtype)
     except TypeError:
@@ -55,5 +83,5 @@ def as_dtype(dtype: Any) -> np.dtype:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    """Whether ``dtype`` is a floating-point dtype."""
-    return dtype.kind == "f"
+    """Whether ``dtype`` is a floating-point dtype (bfloat16 included)."""
+    return dtype.kind == "f" or dtype in FLOAT_DTYPES

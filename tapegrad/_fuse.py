@@ -18,20 +18,20 @@ error model (division by zero gives inf, as numpy), and a sum over leading axes 
 numpy's order, starting from zero. ``tests/test_fuse.py`` checks equality bit for bit.
 
 Kernels are generated as source, compiled with ``numba.njit(cache=True)`` from a file named by
-the source's hash (so numba's disk cache serves the next process), and kept per process by
-source. Without numba, or with ``TAPEGRAD_KERNELS=numpy``, programs run unfused.
+the source's hash (so numba's disk cache serves the next process; a file whose text is not that
+source is rewritten, never run), and kept per process by source. Without numba, or with ``TAPEGRAD_KERNELS=numpy``, programs run unfused.
 """
 
 from __future__ import annotations
 
 import builtins
 import hashlib
-import importlib.util
 import math
 import operator
 import os
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -540,23 +540,50 @@ def _load(src: str) -> Any:
     assert nb is not None
     name = "tg_fused_" + hashlib.sha1(src.encode()).hexdigest()[:20]
     where = _source_dir()
-    opts = JIT_OPTIONS
     if where is None:  # nowhere to keep a file: compile from the string, no disk cache
-        ns: dict[str, Any] = {}
-        exec(builtins.compile(src, f"<{name}>", "exec"), ns)  # noqa: S102
-        return nb.njit(**opts)(ns["kernel"])
+        return _load_from_string(nb, name, src)
     path = os.path.join(where, name + ".py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+    if _read(path) != src:  # absent, or not the source it is named for (torn, edited, planted)
+        try:
+            _write(path, src)
+        except OSError:
+            return _load_from_string(nb, name, src)
+    # the text run is the source itself, never the file read again; the file is what numba's
+    # disk cache stamps (its size and time) and names its machine code by
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    sys.modules[name] = mod  # numba's disk cache finds the module's globals by name
+    exec(builtins.compile(src, path, "exec"), mod.__dict__)  # noqa: S102
+    return nb.njit(cache=True, **JIT_OPTIONS)(mod.kernel)
+
+
+def _load_from_string(nb: Any, name: str, src: str) -> Any:
+    ns: dict[str, Any] = {}
+    exec(builtins.compile(src, f"<{name}>", "exec"), ns)  # noqa: S102
+    return nb.njit(**JIT_OPTIONS)(ns["kernel"])
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write(path: str, src: str) -> None:
+    """Write ``src`` to ``path`` atomically: a reader sees the old file or the new one."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(src)
         os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # numba's disk cache finds the module's globals by name
-    spec.loader.exec_module(mod)
-    return nb.njit(cache=True, **opts)(mod.kernel)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _is_2d(v: Any) -> bool:

@@ -133,34 +133,70 @@ def _cannot(obj: Any, path: tuple[str, ...]) -> str:
     )
 
 
-def _decode(node: Any, arrays: dict[str, Any], path: str) -> Any:
+def _decode(node: Any, arrays: dict[str, Any], where: str) -> Any:
+    """The object a JSON tree encodes; ``where`` is the entry's path, for the error when the
+    tree does not have the shape ``_Encoder`` writes (metadata crafted by hand)."""
     if isinstance(node, list):
-        return [_decode(v, arrays, path) for v in node]
+        return [_decode(v, arrays, f"{where}/{i}") for i, v in enumerate(node)]
     if not isinstance(node, dict):
         return node
     if len(node) == 1:
         ((k, v),) = node.items()
-        if k == _T:
-            return _wrap(_take(arrays, v, path))
-        if k == _A:
-            return _take(arrays, v, path)
+        if k in (_T, _A):
+            if not isinstance(v, str):
+                raise _Corrupt(_malformed(where, k, v, "the key of a tensor (a string)"))
+            arr = _take(arrays, v, where)
+            return _wrap(arr) if k == _T else arr
         if k == _TUP:
-            return tuple(_decode(x, arrays, path) for x in v)
+            if not isinstance(v, list):
+                raise _Corrupt(_malformed(where, k, v, "a list of the items"))
+            return tuple(_decode(x, arrays, f"{where}/{i}") for i, x in enumerate(v))
         if k == _DICT:
-            return {_hashable(_decode(a, arrays, path)): _decode(b, arrays, path) for a, b in v}
-    return {k: _decode(v, arrays, path) for k, v in node.items()}
+            return _decode_pairs(v, arrays, where)
+    return {k: _decode(v, arrays, f"{where}/{k}") for k, v in node.items()}
+
+
+def _decode_pairs(pairs: Any, arrays: dict[str, Any], where: str) -> dict[Any, Any]:
+    """A dict saved as ``[[key, value], ...]`` (keys that are not plain strings)."""
+    if not isinstance(pairs, list):
+        raise _Corrupt(_malformed(where, _DICT, pairs, "a list of [key, value] pairs"))
+    out = {}
+    for i, pair in enumerate(pairs):
+        at = f"{where}/{i}"
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise _Corrupt(_malformed(at, _DICT, pair, "a [key, value] pair (a list of 2)"))
+        key = _hashable(_decode(pair[0], arrays, f"{at}/key"))
+        try:
+            hash(key)
+        except TypeError:
+            raise _Corrupt(
+                _malformed(at, _DICT, pair[0], "a key (a string, number, bool, null or list)")
+            ) from None
+        out[key] = _decode(pair[1], arrays, f"{at}/value")
+    return out
+
+
+def _malformed(where: str, marker: str, got: Any, want: str) -> str:
+    text = json.dumps(got)
+    text = text if len(text) <= 80 else text[:80] + "..."
+    n = f" of length {len(got)}" if isinstance(got, (list, dict)) else ""
+    return (
+        f"its tapegrad metadata is malformed at '{where or '/'}': a {marker} entry needs {want}, "
+        f"got {text} ({type(got).__name__}{n}); it was not written by tg.save"
+    )
 
 
 def _hashable(k: Any) -> Any:
     return tuple(_hashable(x) for x in k) if isinstance(k, (list, tuple)) else k
 
 
-def _take(arrays: dict[str, Any], key: str, path: str) -> Any:
+def _take(arrays: dict[str, Any], key: str, where: str) -> Any:
     try:
         return arrays[key]
     except KeyError:
         raise _Corrupt(
-            f"its metadata refers to tensor '{key}', which the file does not hold"
+            f"its metadata at '{where or '/'}' refers to tensor '{key}', which the file does not "
+            "hold"
         ) from None
 
 
@@ -339,7 +375,7 @@ def load(path: str | os.PathLike[str]) -> Any:
                 f"tapegrad reads up to {_FORMAT_VERSION}. Upgrade tapegrad."
             )
         _check_tensor_crcs(header["crc32"], arrays)
-        return _decode(header["tree"], arrays, p)
+        return _decode(header["tree"], arrays, "")
     except _Corrupt as e:
         raise ValueError(f"tg.load: '{p}' is corrupt: {e}") from None
     except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as e:

@@ -8,12 +8,13 @@ from typing import Any
 from . import _autodiff as _tape
 from . import _backend as B
 from ._backend import np
-from ._tensor import Tensor, _wrap
+from ._tensor import TAPE_LOOP, Tensor, _wrap
 from .ops import _elementwise as E
 from .ops import _linalg as L
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
+from .ops import _torch_names as TN
 from .ops._common import check_axis, operands
 
 
@@ -53,6 +54,8 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
     the output of an index-put, and ops that saved its old value notice (version counter)."""
     v = value._data if isinstance(value, Tensor) else value
     nidx = S._norm_index(idx)
+    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx):
+        raise IndexError(S._LAYOUT_MESSAGE.format(idx=S._show(nidx), shape=self.shape))
     recording = _tape.is_grad_enabled() and (
         any(tp._recording for tp in self._tapes)
         or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
@@ -62,6 +65,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
         new = _index_put(self, nidx, vt)
         self._data, self._tid, self._tapes = new._data, new._tid, new._tapes
     else:
+        _before_write(self, "setitem")
         try:
             self._data[nidx] = v
         except (ValueError, IndexError) as e:
@@ -69,6 +73,28 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
                 f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})"
             ) from None
     self._version += 1
+
+
+class _DataView(Tensor):
+    """``x.data``: ``x``'s array on no tape; a write through it counts as a write to ``x``
+    (``x``'s version moves), so a tape that saved ``x`` refuses to differentiate with it."""
+
+    __slots__ = ("_base",)
+    _base: Tensor
+
+
+def _before_write(t: Tensor, op: str) -> None:
+    """Called before ``t``'s array is changed in place outside any tape."""
+    flags = getattr(t._data, "flags", None)
+    if flags is not None and not flags.writeable:
+        raise ValueError(
+            f"{op}: this array is read-only: it is x.numpy() of a tensor (shape {t.shape}) that "
+            "a tape may still differentiate, and a write through it would change saved values "
+            "without the tape knowing (a wrong gradient). Write through the tensor itself "
+            "(x.copy_(v), x[...] = v, x.mul_(2)), which the tape's version check sees"
+        )
+    if isinstance(t, _DataView):
+        t._base._version += 1
 
 
 def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
@@ -82,20 +108,100 @@ def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
     )
 
 
-def _transpose(self: Tensor, *axes: Any) -> Tensor:
-    """numpy's ``x.transpose(*axes)``; two axes of a tensor with more than two dimensions swap
-    them (PyTorch's ``x.transpose(0, 1)``, which numpy would reject)."""
-    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-        axes = tuple(axes[0])
-    if len(axes) == 2 and self.ndim > 2:
-        return S.swapaxes(self, axes[0], axes[1])
-    return S.permute_dims(self, axes or None)
+def _repeat(self: Tensor, *sizes: Any, axis: Any = None) -> Tensor:
+    """PyTorch's ``x.repeat(*sizes)``: the tensor tiled ``sizes[i]`` times along axis ``i``
+    (numpy's ``tile``). numpy's element repeat is ``tg.repeat(x, n, axis)`` or
+    ``x.repeat_interleave(n, dim)``; ``x.repeat(n, axis=a)`` also gives it.
+
+    >>> import tapegrad as tg
+    >>> tg.tensor([1, 2]).repeat(2).tolist(), tg.tensor([1, 2]).repeat_interleave(2).tolist()
+    ([1, 2, 1, 2], [1, 1, 2, 2])
+    """
+    if axis is not None:
+        if len(sizes) != 1:
+            raise TypeError(f"repeat: with axis= (numpy's meaning) give one count, got {sizes}")
+        return S.repeat(self, sizes[0], axis=axis)
+    if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+        sizes = tuple(sizes[0])
+    if len(sizes) < self.ndim:
+        raise ValueError(
+            f"repeat: {len(sizes)} counts {sizes} for a tensor of shape {self.shape}; PyTorch's "
+            f"x.repeat takes one count per dimension (at least {self.ndim}) and tiles; for "
+            "numpy's element repeat write tg.repeat(x, n, axis) or x.repeat_interleave(n, dim)"
+        )
+    return S.tile(self, sizes)
 
 
 def _permute(self: Tensor, *axes: Any) -> Tensor:
     if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
         axes = tuple(axes[0])
     return S.permute_dims(self, axes)
+
+
+_NUMPY_ON_TAPE = (
+    "numpy(): the tensor (shape {shape}) is on a recording tape, so the array would leave the tape "
+    "and what is computed from it gets no gradient (PyTorch: \"Can't call numpy() on Tensor "
+    "that requires grad\"). Stay on the tape with tapegrad ops (tg.tanh(x), not "
+    "np.tanh(x.numpy())), or leave it on purpose: x.detach().numpy()"
+)
+
+
+def _held(t: Tensor) -> bool:
+    """Whether a tape that can still run backward may hold ``t``'s array: a trainable
+    parameter (any tape that recorded it), or a tensor on a tape not yet released."""
+    if t._is_param and t.requires_grad:  # type: ignore[attr-defined]
+        return True
+    return any(not tp._released for tp in t._tapes)
+
+
+def _guarded_array(t: Tensor) -> Any:
+    """``t``'s array for ``numpy()``: refused on a recording tape, read-only while a tape may
+    hold it, so a write that the tape cannot see is an error, never a wrong gradient
+    (``x.data.numpy()`` and ``x.detach().numpy()`` leave the tape on purpose)."""
+    a = _plain_numpy(t)
+    leaving = isinstance(t, _DataView)
+    if isinstance(t, _DataView):
+        t = t._base
+    if t._tid is None or a.dtype.kind not in "fc":
+        return a
+    if not leaving and _tape.is_grad_enabled() and (
+        any(tp._recording for tp in t._tapes)
+        or (t._is_param and t.requires_grad and _tape.is_recording())  # type: ignore[attr-defined]
+    ):
+        raise RuntimeError(_NUMPY_ON_TAPE.format(shape=t.shape))
+    if _held(t) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+_plain_numpy = Tensor._host
+
+
+def _numpy(self: Tensor) -> Any:
+    """The values as a numpy array (copied to the host for 'cuda'); leaves every tape. A 0-d
+    tensor gives a 0-d array (never a numpy scalar).
+
+    As PyTorch's: refused on a tensor that a recording tape holds (a float tensor that needs a
+    gradient); ``x.detach().numpy()`` leaves the tape on purpose. A read-only view while a tape
+    that has not run backward may hold the tensor (a trainable parameter, or a tensor on an
+    unreleased tape): write through the tensor (``x.copy_(v)``), which the tape sees.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.ones(2))
+    >>> w.numpy().flags.writeable, w.detach().numpy().flags.writeable
+    (False, True)
+    """
+    return _guarded_array(self)
+
+
+def _grad(self: Tensor) -> Any:
+    raise AttributeError(
+        f"'{type(self).__name__}' has no .grad: tapegrad keeps gradients out of the tensors. "
+        "tape.gradient(...) and loss.backward() return them: grads = loss.backward() (or "
+        "tape.gradient(loss, model)), then grads[p] is p's gradient and opt.step(grads) uses "
+        "them. A training step reads\n" + TAPE_LOOP
+    )
 
 
 def _format(self: Tensor, spec: str) -> str:
@@ -161,7 +267,7 @@ def _bind() -> None:
         (
             S,
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
-            "astype flip roll tril triu repeat tile take take_along_axis split chunk",
+            "astype flip roll tril triu tile take take_along_axis split chunk",
         ),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
@@ -172,10 +278,13 @@ def _bind() -> None:
         "clamp": E.clip,
         "view": S.reshape,
         "unsqueeze": S.expand_dims,
-        "transpose": _transpose,
+        "transpose": S.transpose,
         "permute": _permute,
+        "repeat": _repeat,
         "T": property(S.permute_dims),
         "mT": property(lambda self: S.swapaxes(self, -1, -2)),
+        "numpy": _numpy,
+        "grad": property(_grad),
         "detach": _tape.stop_gradient,
         "backward": _tape.backward,
         "trace": _tape.trace,
@@ -279,6 +388,7 @@ def _torch_inplace(name: str, f: Any) -> Any:
                 f"(x = x.{name[:-1]}(...) or x = x * 2), or run it under tg.no_grad() on a "
                 "tensor the tape did not save"
             )
+        _before_write(self, name)
         args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
         kwargs = {k: v._data if isinstance(v, Tensor) else v for k, v in kwargs.items()}
         new = np.asarray(f(self._data, *args, **kwargs))
@@ -309,27 +419,6 @@ def _clamp(a: Any, min: Any = None, max: Any = None) -> Any:
     return np.clip(a, min, max)
 
 
-def _bmm(self: Tensor, other: Any) -> Tensor:
-    """PyTorch's ``bmm``: (B, n, k) @ (B, k, m); both must be 3-d."""
-    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
-    if self.ndim != 3 or other.ndim != 3 or self.shape[0] != other.shape[0]:
-        raise ValueError(
-            f"bmm: needs (B, n, k) and (B, k, m), got {self.shape} and {other.shape}; "
-            "use matmul (@) to broadcast"
-        )
-    return L.matmul(self, other)
-
-
-def _mm(self: Tensor, other: Any) -> Tensor:
-    """PyTorch's ``mm``: (n, k) @ (k, m); both must be 2-d."""
-    other = other if isinstance(other, Tensor) else _wrap(np.asarray(other))
-    if self.ndim != 2 or other.ndim != 2:
-        raise ValueError(
-            f"mm: needs two 2-d tensors, got {self.shape} and {other.shape}; use matmul (@)"
-        )
-    return L.matmul(self, other)
-
-
 def _new(self: Tensor, data: Any, dtype: Any = None) -> Tensor:
     a = data._data if isinstance(data, Tensor) else data
     return _wrap(np.array(a, dtype=self.dtype if dtype is None else dtype))
@@ -349,9 +438,13 @@ def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None) -> Te
 
 
 def _data_view(self: Tensor) -> Tensor:
-    """PyTorch's ``x.data``: a tensor sharing memory with ``x``, on no tape (changing it
-    changes ``x`` without the tape knowing; ``detach()`` is the same)."""
-    return _wrap(self._data)
+    """PyTorch's ``x.data``: a tensor sharing memory with ``x``, on no tape. A write through it
+    (``x.data.mul_(2)``, ``x.data[0] = 1``) moves ``x``'s version, so a tape that saved ``x``
+    before raises at backward instead of giving a wrong gradient."""
+    v = _DataView.__new__(_DataView)
+    base = self._base if isinstance(self, _DataView) else self
+    v._data, v._tapes, v._tid, v._version, v._base = self._data, (), None, 0, base
+    return v
 
 
 def _set_data(self: Tensor, value: Any) -> None:
@@ -365,50 +458,6 @@ def _split(self: Tensor, split_size_or_sections: Any, *args: Any, axis: Any = No
     """``tg.split`` as a method: ``axis=`` numpy's meaning, ``dim=`` PyTorch's; a call that
     names neither raises where the two differ."""
     return S.split(self, split_size_or_sections, *args, axis=axis, dim=dim)
-
-
-_MAX_MESSAGE = (
-    "{name}: x.{name}({dim}) means the {vals} over axis {dim} in numpy and (values, indices) "
-    "in PyTorch; write x.{name}(axis={dim}) for the values, or x.{name}(dim={dim}) for "
-    "PyTorch's (values, indices) pair"
-)
-
-
-def _reduce_with_indices(name: str, values: Any, indices: Any) -> Any:
-    def op(self: Tensor, *args: Any, axis: Any = None, keepdims: bool = False,
-           dim: Any = None, keepdim: Any = None) -> Any:  # fmt: skip
-        if args and isinstance(args[0], (int, np.integer)):
-            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0], vals=name + "imum"))
-        if args:  # x.max(other): numpy has no such method form; PyTorch's elementwise max
-            raise TypeError(f"{name}: takes axis= (numpy) or dim= (PyTorch), got {args!r}")
-        if dim is not None:
-            kd = bool(keepdim)
-            return _ValuesIndices(values(self, axis=dim, keepdims=kd),
-                                  indices(self, axis=dim, keepdims=kd))  # fmt: skip
-        return values(self, axis=axis, keepdims=keepdims or bool(keepdim))
-
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = (
-        f"numpy's ``x.{name}(axis=..., keepdims=...)`` (the values); PyTorch's "
-        f"``x.{name}(dim=d)`` returns ``(values, indices)``; a bare ``x.{name}(1)`` raises "
-        "since the two libraries read it differently."
-    )
-    return op
-
-
-class _ValuesIndices(tuple):  # type: ignore[type-arg]
-    """PyTorch's ``(values, indices)`` result of ``max(dim=...)``/``min(dim=...)``."""
-
-    def __new__(cls, values: Tensor, indices: Tensor) -> _ValuesIndices:
-        return super().__new__(cls, (values, indices))
-
-    @property
-    def values(self) -> Tensor:
-        return self[0]  # type: ignore[no-any-return]
-
-    @property
-    def indices(self) -> Tensor:
-        return self[1]  # type: ignore[no-any-return]
 
 
 def _arg_torch(f: Any) -> Any:
@@ -444,9 +493,7 @@ def _bind_torch() -> None:
     T = Tensor
     methods: dict[str, Any] = {
         "size": property(lambda self: _Size(self.shape)),
-        "bmm": _bmm,
-        "mm": _mm,
-        "new_tensor": _new,
+                "new_tensor": _new,
         "new_zeros": _new_full_like(0),
         "new_ones": _new_full_like(1),
         "new_empty": _new_full_like(0),
@@ -461,8 +508,6 @@ def _bind_torch() -> None:
         "copy_": _torch_inplace("copy_", lambda a, src: src),
         "data": property(_data_view, _set_data),
         "split": _split,
-        "max": _reduce_with_indices("max", R.amax, R.argmax),
-        "min": _reduce_with_indices("min", R.amin, R.argmin),
         "argmax": _arg_torch(R.argmax),
         "argmin": _arg_torch(R.argmin),
         "var": _spread(R.var),
@@ -479,8 +524,6 @@ def _type(self: Tensor, dtype: Any = None) -> Any:
 
 
 def _bind_torch_names() -> None:
-    from .ops import _torch_names as TN  # noqa: PLC0415
-
     T = Tensor
     for name in TN.DIM_OPS:
         f = getattr(T, name, None)
@@ -497,6 +540,16 @@ def _bind_torch_names() -> None:
         "view_as": lambda self, other: S.reshape(self, other.shape),
         "contiguous": lambda self: self,  # arrays here are always usable as they are
         "type": _type,
+        "mm": TN.mm,
+        "bmm": TN.bmm,
+        "repeat_interleave": TN.repeat_interleave,
+        "index_select": TN.index_select,
+        "masked_fill": TN.masked_fill,
+        "topk": TN.topk,
+        "index_add": S.index_add,
+        "scatter_add": S.scatter_add,
+        "numel": lambda self: self._data.size,
+        "dim": lambda self: self._data.ndim,
     }
     for name, f in methods.items():
         setattr(T, name, f)

@@ -25,7 +25,7 @@ def _ops() -> Any:
 
 # numpy functions whose tapegrad op has the same name and numpy's arguments
 _SAME = (
-    "abs all any amax amin max min argmax argmin sum prod mean var std cumsum cumprod "
+    "abs all any amax amin argmax argmin sum prod mean var std cumsum cumprod "
     "clip where reshape ravel squeeze expand_dims transpose permute_dims swapaxes moveaxis "
     "broadcast_to concatenate concat stack vstack hstack column_stack dstack array_split hsplit "
     "vsplit dsplit append flip flipud fliplr rot90 rollaxis roll tril triu repeat tile take "
@@ -33,7 +33,7 @@ _SAME = (
     "sort partition diff select atleast_1d atleast_2d atleast_3d astype nan_to_num "
     "zeros_like ones_like full_like empty_like sinc linspace"
 ).split()
-_RENAMED = {"trace": "matrix_trace", "split": "array_split_equal"}
+_RENAMED = {"trace": "matrix_trace", "split": "array_split_equal", "max": "amax", "min": "amin"}
 _LINALG = "svd solve inv pinv det slogdet cholesky eigh qr norm matrix_power".split()
 # functions of shapes or comparisons of values: no gradient to lose, run on the values
 _VALUES = (

@@ -17,11 +17,20 @@ from ._backend import np
 from ._dtypes import as_dtype, default_float
 
 _next_tid = itertools.count(1).__next__
+
+# the training step, shown by the errors that meet PyTorch's spellings of it (.grad, zero_grad,
+# step() with no argument, backward() then .grad)
+TAPE_LOOP = """    with tg.Tape() as tape:
+        loss = loss_fn(model(x), y)
+    grads = tape.gradient(loss, model)   # or: grads = loss.backward()
+    opt.step(grads)                      # grads[p] is p's gradient"""
 _Method = Callable[..., "Tensor"]  # a method bound in _methods.py (for type checkers)
 
 
 class Tensor:
-    """An n-dimensional array that tapes can record.
+    """An n-dimensional array that tapes can record. ``Tensor(data, dtype=None)`` holds
+    ``data``'s values; ``Tensor(3, 4)`` (two or more sizes) is PyTorch's shape constructor and
+    gives zeros of the default float.
 
     >>> import tapegrad as tg
     >>> x = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
@@ -38,8 +47,17 @@ class Tensor:
     _tid: int | None
     _version: int
 
-    def __init__(self, data: Any, dtype: Any = None, device: Any = None) -> None:
-        self._data = _to_array(data, dtype, device)
+    def __init__(self, data: Any, dtype: Any = None, device: Any = None, *more: int) -> None:
+        if type(dtype) is int:  # Tensor(3, 4): PyTorch's shape constructor, zeros here
+            shape = (data, dtype, *(() if device is None else (device,)), *more)
+            if not all(type(n) is int and n >= 0 for n in shape):
+                raise TypeError(
+                    f"Tensor{shape}: PyTorch's Tensor(*sizes) takes sizes (ints >= 0); for "
+                    "values write tg.tensor(data, dtype=...)"
+                )
+            self._data = np.zeros(shape, default_float())
+        else:
+            self._data = _to_array(data, dtype, device)
         self._tapes = ()
         self._tid = None
         self._version = 0
@@ -75,11 +93,15 @@ class Tensor:
         return self._data.shape[0]
 
     # -- conversion ----------------------------------------------------------------------------
-    def numpy(self) -> Any:
-        """The values as a numpy array (copied to the host for 'cuda'); leaves every tape.
-        A 0-d tensor gives a 0-d array (never a numpy scalar)."""
+    def _host(self) -> Any:
+        """The array on the host (copied for 'cuda'); a 0-d tensor gives a 0-d array."""
         a = B.to_device(self._data, "cpu")
         return a if a.__class__ is np.ndarray else np.asarray(a)
+
+    def numpy(self) -> Any:
+        """The values as a numpy array (guarded against writes a tape cannot see: bound in
+        ``_methods.py``)."""
+        return self._host()
 
     def item(self) -> Any:
         if self._data.size != 1:
@@ -90,7 +112,7 @@ class Tensor:
         return self._data.item()
 
     def tolist(self) -> Any:
-        return self.numpy().tolist()
+        return self._host().tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         a = self.numpy()
@@ -133,7 +155,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         body = np.array2string(
-            self.numpy(), separator=", ", prefix="tensor(", precision=4, threshold=200
+            self._host(), separator=", ", prefix="tensor(", precision=4, threshold=200
         )
         extra = []
         if self._data.dtype != default_float() and self._data.dtype.kind != "i":

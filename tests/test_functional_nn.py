@@ -17,6 +17,7 @@ import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad._autodiff import PRIMITIVES
 from tapegrad.nn._f_attention import attention_qkv
+from tapegrad.nn._f_rnn import recurrent_layer
 from tapegrad.testing import check_grads
 
 
@@ -753,6 +754,10 @@ def _prim_rows():
                 tg.tensor(_rand(rng, (2, 2, 5, 3))),
                 tg.tensor(_rand(rng, (3, 5))),
             ],
+        ),
+        "nn.recurrent_seq": (  # an LSTM layer's time loop, with both states differentiated
+            lambda x, h, c, wi, wh, b: recurrent_layer("LSTM", x, h, c, (wi, wh, b, None))[0],
+            [tg.tensor(_rand(rng, s)) for s in ((3, 2, 2), (2, 3), (2, 3), (12, 2), (12, 3), 12)],
         ),
         "nn.attention_qkv": (  # a packed self-attention projection (B, L, 3, H, D)
             lambda qkv, m: attention_qkv(qkv, m, 0.6) ** 2,

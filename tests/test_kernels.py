@@ -139,27 +139,33 @@ def test_an_unknown_tapegrad_kernels_value_is_an_error():
     assert "TAPEGRAD_KERNELS must be 'numba' or 'numpy', got 'fortran'" in r.stderr
 
 
-def test_the_cache_goes_to_a_user_directory_when_the_package_is_read_only(monkeypatch, tmp_path):
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+def test_the_cache_goes_to_the_platforms_cache_folder_not_the_package(monkeypatch, tmp_path):
+    from tapegrad._kernels import runtime
+
+    for var in ("NUMBA_CACHE_DIR", "TAPEGRAD_CACHE_DIR", "TAPEGRAD_KERNEL_FOLDER"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(runtime, "_FOLDER", {})
+    monkeypatch.setattr(runtime.sys, "platform", "linux")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(_kernels.os, "access", lambda path, mode: False)
     digest = "kernels-" + _kernels.sources_digest(_kernels._HERE)
-    assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", "numba", digest)
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
-    assert _kernels.cache_dir() == os.path.join(str(tmp_path / "mine"), digest)  # the user's
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path), "tapegrad", digest)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path / "numba"), digest)
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path / "mine"))  # tapegrad's own wins
+    assert _kernels.cache_dir() == os.path.join(str(tmp_path / "mine"), digest)
+    assert not str(_kernels.cache_dir()).startswith(str(_kernels._HERE))
 
 
-def test_earlier_cache_folders_beside_the_package_are_removed(tmp_path):
+def test_earlier_cache_folders_are_removed(tmp_path):
+    from tapegrad._kernels import runtime
+
     (tmp_path / "kernels-0123456789abcdef").mkdir()
     (tmp_path / "kernels-0123456789abcdef" / "f.nbc").write_bytes(b"old")
-    (tmp_path / "attention._softmax_rows-27.py311.nbi").write_bytes(b"old")  # numba's own
-    (tmp_path / "softmax.cpython-311.pyc").write_bytes(b"keep")
+    (tmp_path / "fused").mkdir()  # tg.compile's folder stays
     keep = tmp_path / "kernels-fedcba9876543210"
     keep.mkdir()
-    _kernels._prune(str(tmp_path), str(keep))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "kernels-fedcba9876543210", "softmax.cpython-311.pyc"
-    ]
+    runtime._prune(str(tmp_path), str(keep))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused", "kernels-fedcba9876543210"]
 
 
 def test_the_cache_folder_changes_with_any_kernel_source(tmp_path):
@@ -334,23 +340,20 @@ def test_linear_bias_kernel_equals_numpys_broadcast_add(dtype):
 
 
 @numba_only
-def test_kernels_compile_into_the_user_cache_when_the_package_is_read_only(tmp_path):
+def test_kernels_compile_into_the_folder_tapegrad_cache_dir_names(tmp_path):
     code = (
         "import numpy as np, tapegrad\n"
-        "from tapegrad import _kernels\n"
-        "_kernels.os.access = lambda path, mode: False\n"  # as if site-packages were read-only
         "from tapegrad._kernels import elementwise\n"
         "print(elementwise.relu(np.array([-1.0, 2.0], np.float32)).tolist())\n"
     )
-    env = {"XDG_CACHE_HOME": str(tmp_path), "TAPEGRAD_KERNELS": ""}
-    env_clean = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env = {"TAPEGRAD_CACHE_DIR": str(tmp_path), "TAPEGRAD_KERNELS": "", "TAPEGRAD_COMPILE": "wait"}
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-        env={**env_clean, **env},
+        env={**os.environ, **env},
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[0.0, 2.0]"
-    cached = list((tmp_path / "tapegrad" / "numba").rglob("*.nbi"))
+    cached = list(tmp_path.rglob("*.nbi"))
     assert any("_relu" in p.name for p in cached), cached
 
 

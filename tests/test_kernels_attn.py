@@ -304,7 +304,7 @@ def test_small_head_kernels_on_two_threads_equal_one_thread_bit_for_bit(monkeypa
     runs = []
     for two in (False, True):  # each block is one thread's either way: the same bits
         monkeypatch.setattr(attention_heads, "PARALLEL_MIN", 0 if two else 1 << 62)
-        assert attention_heads._two(qkv) == two
+        assert attention_heads._parallel(qkv) == two
         out = A._attn_qkv_fwd(qkv, m, 0.25)
         runs.append((out, *A._attn_qkv_grads(ARRAYS, g, out, qkv, m, 0.25, (True, True))))
     for x, y in zip(*runs, strict=True):

@@ -118,7 +118,7 @@ def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
     monkeypatch.setattr(conv_direct, "RUN", run)
     monkeypatch.setattr(conv_direct, "PARALLEL_MIN", parallel_min)
     monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)
-    assert conv_direct._two(shape[0], 1) == (parallel_min == 0 and threads.active())
+    assert conv_direct._parallel(shape[0], 1) == (parallel_min == 0 and threads.active())
     rng = np.random.default_rng(3)
     geom = _geom(shape, k, pad, d)
     x = rng.standard_normal(shape).astype(dtype)

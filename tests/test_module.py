@@ -348,7 +348,7 @@ def test_containers():
 def test_residual():
     inner = nn.Linear(3, 3)
     res = nn.Residual(inner)
-    x = tg.tensor(np.random.default_rng(1).standard_normal((2, 3)))
+    x = tg.tensor(np.random.default_rng(1).standard_normal((2, 3)), dtype=tg.float32)
     np.testing.assert_allclose(res(x).numpy(), (x + inner(x)).numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="same shape"):
         nn.Residual(nn.Linear(3, 2))(x)

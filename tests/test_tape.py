@@ -22,7 +22,7 @@ def tt(a: np.ndarray) -> torch.Tensor:
 
 
 def close(a: tg.Tensor, b: torch.Tensor, tol: float = 1e-10) -> None:
-    np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
 
 
 class Affine(tg.nn.Module):

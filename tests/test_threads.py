@@ -1,7 +1,11 @@
-"""The trace state is per thread: concurrent training in threads equals the same runs in turn."""
+"""The trace state is per thread: concurrent training in threads equals the same runs in turn.
+``tg.set_num_threads`` / ``tg.get_num_threads`` govern the kernels and numpy's BLAS together."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -182,3 +186,114 @@ def test_a_loader_resumed_mid_epoch_with_workers():
 def test_num_workers_must_be_a_count():
     with pytest.raises(ValueError, match="num_workers"):
         tg.data.DataLoader(_Slow(4), 2, num_workers=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# tg.set_num_threads / tg.get_num_threads
+# --------------------------------------------------------------------------------------------
+
+
+def _blas_threads() -> int | None:
+    from threadpoolctl import threadpool_info  # noqa: PLC0415 - test-only dependency
+
+    found = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"
+             and "numpy.libs" in p["filepath"]]
+    return found[0] if found else None
+
+
+@pytest.fixture
+def restore_threads():
+    from tapegrad import _threads  # noqa: PLC0415
+
+    kernels, blas = tg.get_num_threads(), _threads.blas_threads()
+    yield
+    tg.set_num_threads(kernels)
+    if blas is not None:
+        _threads.set_blas_threads(blas)
+
+
+def test_set_num_threads_round_trips_and_sets_numpys_blas(restore_threads):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 400))
+    want = a @ b
+    counts = sorted({1, min(2, os.cpu_count() or 1)})
+    for n in counts:
+        tg.set_num_threads(n)
+        assert tg.get_num_threads() == n
+        if _blas_threads() is not None:
+            assert _blas_threads() == n
+        np.testing.assert_allclose(a @ b, want, rtol=1e-12)  # products run at each count
+
+
+def test_the_count_holds_in_every_python_thread(restore_threads):
+    tg.set_num_threads(1)
+    seen: list = []
+
+    def ask() -> None:
+        seen.append(tg.get_num_threads())
+        from tapegrad import _kernels  # noqa: PLC0415
+
+        nb = _kernels.numba()
+        if nb is not None:  # numba's own count is per thread: the kernels' follows tapegrad's
+            seen.append(nb.get_num_threads())
+
+    t = threading.Thread(target=ask)
+    t.start()
+    t.join(60)
+    assert seen and all(n == 1 for n in seen), seen
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4"])
+def test_set_num_threads_names_the_bad_value(bad):
+    with pytest.raises(ValueError, match=r"set_num_threads: expected a positive integer, got"):
+        tg.set_num_threads(bad)
+
+
+_REPORT = """
+import sys
+import tapegrad as tg
+from tapegrad import _threads
+n = tg.get_num_threads()
+tg.set_num_threads(7)
+print(n, tg.get_num_threads(), _threads.blas_threads(), "numba" in sys.modules)
+"""
+
+
+def _report(**env: str | None) -> list[str]:
+    full = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "TAPEGRAD_KERNELS"):
+        full.pop(k, None)
+    full.update({k: v for k, v in env.items() if v is not None})
+    out = subprocess.run([sys.executable, "-c", _REPORT], env=full, capture_output=True,
+                         text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def _numba_selected() -> bool:
+    from tapegrad import _kernels  # noqa: PLC0415
+
+    return _kernels.numba() is not None
+
+
+@pytest.mark.parametrize(
+    ("env", "default", "capped"),
+    [
+        ({"OMP_NUM_THREADS": "1"}, "1", None),
+        ({"NUMBA_NUM_THREADS": "3"}, "3", "3"),  # more threads than this machine's cores
+        ({"NUMBA_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, "2", "3"),
+    ],
+)
+def test_the_default_respects_the_environment_and_numba_caps_the_count(env, default, capped):
+    if not _numba_selected():
+        pytest.skip("numba kernels not selected")
+    n, after, blas, imported = _report(**env)
+    assert n == default and imported == "True"
+    if capped is not None:  # numba starts NUMBA_NUM_THREADS threads: BLAS is capped with it
+        assert after == capped and blas in (capped, "None")
+
+
+def test_without_numba_the_count_is_blas_alone_and_numba_is_never_imported():
+    n, after, blas, imported = _report(TAPEGRAD_KERNELS="numpy", OPENBLAS_NUM_THREADS="1")
+    assert n == "1" and after == "7" and blas in ("7", "None") and imported == "False"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from threading import get_ident
 from typing import Any
 
-from .._backend import np
+from .._dtypes import FLOAT_DTYPES as _FLOATS  # bfloat16 joins it when first used
 from .._tensor import Tensor, _next_tid
 from ._primitive import Primitive
 from ._record import Saved, keep, version_sum
@@ -113,9 +113,6 @@ def _forward_error(
     if err is None or str(err) != text:  # e is one of the three caught in apply
         err = next(c for c in (ValueError, TypeError, IndexError) if isinstance(e, c))(text)
     return err
-
-
-_FLOATS = frozenset(np.dtype(c) for c in "efdgFDG")
 
 
 def _record(

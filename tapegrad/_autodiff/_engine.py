@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._backend import np
 from .._tensor import Tensor, _wrap
 from ._namespace import ARRAYS, tensor_namespace
 from ._record import INPUTS, OUT_TID, PARAMS, PRIM, Node, input_tid, no_vjp_error, saved_args
@@ -155,6 +156,9 @@ def _item(xp: Any, t: Any, i: int) -> Any:
 
 
 def _astype(xp: Any, g: Any, dtype: Any) -> Any:
+    if dtype == np.float16 and isinstance(g, np.ndarray):
+        with np.errstate(over="ignore"):  # inf in a float16 gradient is GradScaler's signal
+            return g.astype(dtype)
     return g.astype(dtype)
 
 

@@ -15,7 +15,8 @@ from numba import prange
 
 from .._backend import np
 from . import jit
-from .elementwise import halves, split
+from .chunks import bounds, num_threads
+from .elementwise import ALIGN, run
 
 U = np.uint64
 
@@ -33,16 +34,16 @@ def _relu_grad(g, y, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _relu_grad_par(g, y, out):  # type: ignore[no-untyped-def]
-    n = out.size
-    h = split(n)
-    for i in prange(2):
-        _relu_grad(g, y, out, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(out.size, p, i, ALIGN)
+        _relu_grad(g, y, out, k0, k1)
 
 
 def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
     out = np.empty_like(g)
-    halves(_relu_grad, _relu_grad_par, out.size, g, y, out)
+    run(_relu_grad, _relu_grad_par, out.size, g, y, out)
     return out
 
 
@@ -58,17 +59,17 @@ def _leaky_relu_grad(g, y, out, s, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _leaky_relu_grad_par(g, y, out, s):  # type: ignore[no-untyped-def]
-    n = out.size
-    h = split(n)
-    for i in prange(2):
-        _leaky_relu_grad(g, y, out, s, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(out.size, p, i, ALIGN)
+        _leaky_relu_grad(g, y, out, s, k0, k1)
 
 
 def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
     """``g if y > 0 else slope * g`` for C-contiguous ``g`` and the saved output ``y`` (positive
     exactly where the input is, for a slope >= 0) of one shape and dtype."""
     out = np.empty_like(g)
-    halves(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g, y, out, g.dtype.type(slope))
+    run(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g, y, out, g.dtype.type(slope))
     return out
 
 

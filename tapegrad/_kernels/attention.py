@@ -13,10 +13,10 @@ passes: forward 3x slower at (128, 4, 10, 16) and 11x at (16, 4, 64, 32) (numba 
 a register tile of the product; its loops run at a fifth of a BLAS kernel's rate). Written in
 eight explicit lanes with the SLP vectorizer on, such a kernel now serves packed self-attention
 of up to 24 tokens (``attention_heads``); longer sequences keep this path. Each pass
-has a two-thread twin (``*_par``: the (batch, head) blocks' halves, the serial kernel on each)
-used from ``PARALLEL_MIN`` scores when numpy's BLAS shares numba's threads; at (16, 4, 64, 64)
-the softmax pass takes 0.095 ms on two threads against 0.19 on one. Imported only when numba
-is selected.
+has a parallel form (``*_par``: the (batch, head) blocks in chunks, one per thread, the serial
+kernel on each, the same bits) used from ``PARALLEL_MIN`` scores when numpy's BLAS shares numba's
+threads; at (16, 4, 64, 64) the softmax pass takes 0.095 ms on two threads against 0.19 on one.
+Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 from .softmax import as_int, fexp, flat_max, flat_sum
 
 U = np.uint64
-PARALLEL_MIN = 1 << 15  # scores from which a row pass runs on two threads
+PARALLEL_MIN = 1 << 15  # scores from which a row pass runs on several threads
 
 
 @jit()
@@ -105,25 +106,24 @@ def mask_strides(mask: Any) -> tuple[Any, Any]:
 
 @jit(parallel=True)
 def _softmax_rows_par(s, mf, ms, scale):  # type: ignore[no-untyped-def]
-    """``_softmax_rows`` of the (batch, head) blocks' two halves, one on each of numba's
-    threads."""
-    n = s.shape[0] * s.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _softmax_rows(s, mf, ms, scale, i * h, n if i else h)
+    """``_softmax_rows`` of the (batch, head) blocks in chunks, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        r0, r1 = bounds(s.shape[0] * s.shape[1], p, i, 1)
+        _softmax_rows(s, mf, ms, scale, r0, r1)
 
 
 @jit(parallel=True)
 def _score_grad_rows_par(p, dp, g, out, scale, dmask):  # type: ignore[no-untyped-def]
-    """``_score_grad_rows`` of the (batch, head) blocks' two halves, on two threads."""
-    n = p.shape[0] * p.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _score_grad_rows(p, dp, g, out, scale, dmask, i * h, n if i else h)
+    """``_score_grad_rows`` of the (batch, head) blocks in chunks, one per thread."""
+    parts = num_threads()
+    for i in prange(parts):
+        r0, r1 = bounds(p.shape[0] * p.shape[1], parts, i, 1)
+        _score_grad_rows(p, dp, g, out, scale, dmask, r0, r1)
 
 
-def _two(s: Any) -> bool:
-    """Whether a row pass over (B, H, L, S) ``s`` runs on two threads (shared with BLAS)."""
+def _parallel(s: Any) -> bool:
+    """Whether a row pass over (B, H, L, S) ``s`` runs on several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return s.shape[0] * s.shape[1] >= 2 and threads.worth(s.size, PARALLEL_MIN)
@@ -134,7 +134,7 @@ def softmax_rows(s: Any, mask: Any, scale: float) -> None:
     ``mask`` is None or 4-D and broadcasts to ``s``."""
     mf, ms = (None, None) if mask is None else mask_strides(mask)
     sc = s.dtype.type(scale)
-    if _two(s):
+    if _parallel(s):
         _softmax_rows_par(s, mf, ms, sc)
     else:
         _softmax_rows(s, mf, ms, sc, 0, s.shape[0] * s.shape[1])
@@ -144,7 +144,7 @@ def score_grad_rows(p: Any, dp: Any, g: Any, out: Any, scale: float, dmask: Any)
     """``dp = p * (dp - sum(g * out, -1)) * scale`` in place; ``dmask`` (when given) gets the
     same before the scale (the gradient of an additive mask)."""
     sc = p.dtype.type(scale)
-    if _two(p):
+    if _parallel(p):
         _score_grad_rows_par(p, dp, g, out, sc, dmask)
     else:
         _score_grad_rows(p, dp, g, out, sc, dmask, 0, p.shape[0] * p.shape[1])

@@ -15,7 +15,8 @@ the input is) and of an additive mask.
 
 The input is the packed (B, L, 3, H, D) projection of ``attention_qkv`` (C-contiguous), D a
 multiple of 8. Sums run in another order than BLAS's: results agree with the batched path to
-float rounding. Blocks split over numba's two threads when the work is large enough.
+float rounding. Blocks split in chunks over numba's threads, one chunk per thread, when the work
+is large enough (each block's arithmetic is the serial kernel's: the same bits).
 Imported only when numba is selected.
 """
 
@@ -30,6 +31,7 @@ from numba import prange
 
 from .._backend import np
 from . import jit, numba
+from .chunks import bounds, num_threads
 from .softmax import fexp
 
 U = np.uint64
@@ -194,9 +196,10 @@ def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1):  # type: ignore[no-
 
 @jit(parallel=True, fastmath={"contract"})
 def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n):  # type: ignore[no-untyped-def]
-    half = n // 2
-    for t in prange(2):
-        _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, t * half, n if t else half)
+    p = num_threads()
+    for t in prange(p):
+        r0, r1 = bounds(n, p, t, 1)
+        _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1)
 
 
 @jit(fastmath={"contract"})
@@ -246,9 +249,10 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1):  # ty
 
 @jit(parallel=True, fastmath={"contract"})
 def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n):  # type: ignore[no-untyped-def]
-    half = n // 2
-    for t in prange(2):
-        _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, t * half, n if t else half)
+    p = num_threads()
+    for t in prange(p):
+        r0, r1 = bounds(n, p, t, 1)
+        _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1)
 
 
 _lock = threading.Lock()
@@ -282,12 +286,12 @@ def fits(x: Any) -> bool:
 
 
 # a call's size (its input's elements times the sequence length: about the multiply-adds of one
-# product over all blocks) from which the blocks split over two threads
+# product over all blocks) from which the blocks split over the threads
 PARALLEL_MIN = 1 << 16
 
 
-def _two(x: Any) -> bool:
-    """Whether the blocks split over two threads (shared with BLAS)."""
+def _parallel(x: Any) -> bool:
+    """Whether the blocks split over several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return x.shape[0] * x.shape[3] >= 8 and threads.worth(x.size * x.shape[1], PARALLEL_MIN)
@@ -310,9 +314,9 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     mf, ms = _mask(mask)
     sc = x.dtype.type(scale)
     args = (x.reshape(-1), n_l, n_h, d, mf, ms, sc, out.reshape(-1))
-    two = _two(x)
-    with _slp(("fwd", x.dtype.char, mf is None, two)):
-        if two:
+    par = _parallel(x)
+    with _slp(("fwd", x.dtype.char, mf is None, par)):
+        if par:
             _fwd_par(*args, n_b * n_h)
         else:
             _fwd_blocks(*args, 0, n_b * n_h)
@@ -332,9 +336,9 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
     dm = None if dmask is None else dmask.reshape(-1)
     args = (x.reshape(-1), gb.reshape(-1), ob.reshape(-1), n_l, n_h, d, mf, ms, sc,
             dx.reshape(-1), dm)
-    two = _two(x)
-    with _slp(("bwd", x.dtype.char, mf is None, dm is None, two)):
-        if two:
+    par = _parallel(x)
+    with _slp(("bwd", x.dtype.char, mf is None, dm is None, par)):
+        if par:
             _bwd_par(*args, n_b * n_h)
         else:
             _bwd_blocks(*args, 0, n_b * n_h)

@@ -7,8 +7,8 @@ cancellation, unlike a sum of squares), and the forward writes ``(x - mean) * (r
 in a third. The backward recomputes the same statistics (bit for bit: the same code on the same
 input), reads ``g`` and ``x`` once for the two sums it needs, and writes the input gradient in
 one more pass. Sums accumulate in float64 (float32 inputs included), reassociated so that they
-vectorise. Each kernel takes a range of channels; its two-thread twin (``*_par``) runs the
-channels' halves, the same bits. Planes of at most ``SMALL_PLANE``
+vectorise. Each kernel takes a range of channels; its parallel form (``*_par``) runs the
+channels in chunks, one per thread: the same bits at any thread count. Planes of at most ``SMALL_PLANE``
 (32) elements take ``_fwd_small`` / ``_bwd_small`` instead: per sample, one contiguous pass
 over the (C * M) block into float64 accumulators per element, reduced per channel at the end,
 rather than N loops of M elements per channel. Measured alone (float32, one thread), forward /
@@ -25,9 +25,10 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 
 U = np.uint64
-PARALLEL_MIN = 1 << 16  # elements from which a pass runs on two threads
+PARALLEL_MIN = 1 << 16  # elements from which a pass runs on several threads
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -219,44 +220,44 @@ def _vec(a: Any, dtype: Any) -> Any:
     return np.empty(0, dtype=dtype) if a is None else np.ascontiguousarray(a, dtype=dtype)
 
 
-# Two-thread twins: the channels' two halves, each the serial kernel (the same bits), from
-# PARALLEL_MIN elements when numpy's BLAS shares numba's threads
+# Parallel forms: the channels in chunks, one per thread, each the serial kernel (the same
+# bits), from PARALLEL_MIN elements when numpy's BLAS shares numba's threads
 
 
 @jit(parallel=True)
 def _fwd_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
-    c = x.shape[1]
-    h = c // 2
-    for i in prange(2):
-        _fwd(x, w, b, eps, out, stats, i * h, c if i else h)
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(x.shape[1], p, i, 1)
+        _fwd(x, w, b, eps, out, stats, c0, c1)
 
 
 @jit(parallel=True)
 def _fwd_small_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
-    c = x.shape[1]
-    h = c // 2
-    for i in prange(2):
-        _fwd_small(x, w, b, eps, out, stats, i * h, c if i else h)
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(x.shape[1], p, i, 1)
+        _fwd_small(x, w, b, eps, out, stats, c0, c1)
 
 
 @jit(parallel=True)
 def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
-    c = x.shape[1]
-    h = c // 2
-    for i in prange(2):
-        _bwd(g, x, w, eps, gx, gwb, i * h, c if i else h)
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(x.shape[1], p, i, 1)
+        _bwd(g, x, w, eps, gx, gwb, c0, c1)
 
 
 @jit(parallel=True)
 def _bwd_small_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
-    c = x.shape[1]
-    h = c // 2
-    for i in prange(2):
-        _bwd_small(g, x, w, eps, gx, gwb, i * h, c if i else h)
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(x.shape[1], p, i, 1)
+        _bwd_small(g, x, w, eps, gx, gwb, c0, c1)
 
 
-def _two(x3: Any) -> bool:
-    """Whether a pass over (N, C, M) ``x3`` runs on two threads (shared with BLAS)."""
+def _parallel(x3: Any) -> bool:
+    """Whether a pass over (N, C, M) ``x3`` runs on several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return x3.shape[1] >= 2 and threads.worth(x3.size, PARALLEL_MIN)
@@ -271,7 +272,7 @@ def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
     stats = np.empty((2, c), dtype=np.float64)
     args = (x3, _vec(w, x.dtype), _vec(b, x.dtype), float(eps), out.reshape(x3.shape), stats)
     small = x3.shape[2] <= SMALL_PLANE
-    if _two(x3):
+    if _parallel(x3):
         (_fwd_small_par if small else _fwd_par)(*args)
     else:
         (_fwd_small if small else _fwd)(*args, 0, c)
@@ -287,7 +288,7 @@ def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool) -> tuple[A
     gwb = np.empty((2, c), dtype=np.float64)
     args = (g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
     small = x3.shape[2] <= SMALL_PLANE
-    if _two(x3):
+    if _parallel(x3):
         (_bwd_small_par if small else _bwd_par)(*args)
     else:
         (_bwd_small if small else _bwd)(*args, 0, c)
@@ -304,10 +305,10 @@ def _all_stats(x, stats, c0, c1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _all_stats_par(x, stats):  # type: ignore[no-untyped-def]
-    c = x.shape[1]
-    h = c // 2
-    for i in prange(2):
-        _all_stats(x, stats, i * h, c if i else h)
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(x.shape[1], p, i, 1)
+        _all_stats(x, stats, c0, c1)
 
 
 def channel_stats(x: Any) -> Any:
@@ -315,7 +316,7 @@ def channel_stats(x: Any) -> Any:
     n, c = x.shape[:2]
     stats = np.empty((2, c), dtype=np.float64)
     x3 = np.ascontiguousarray(x).reshape(n, c, -1)
-    if _two(x3):
+    if _parallel(x3):
         _all_stats_par(x3, stats)
     else:
         _all_stats(x3, stats, 0, c)

@@ -25,6 +25,7 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 
 U = np.uint64
 
@@ -194,14 +195,14 @@ def _channel_sum(g, out, o0, o1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _channel_sum_par(g, out):  # type: ignore[no-untyped-def]
-    """``_channel_sum`` of the channels' two halves, one on each of numba's threads."""
-    o = g.shape[1]
-    h = o // 2
-    for i in prange(2):
-        _channel_sum(g, out, i * h, o if i else h)
+    """``_channel_sum`` of the channels in chunks, one per thread (the same bits)."""
+    p = num_threads()
+    for i in prange(p):
+        o0, o1 = bounds(g.shape[1], p, i, 1)
+        _channel_sum(g, out, o0, o1)
 
 
-SUM_PARALLEL_MIN = 1 << 16  # elements from which the bias gradient runs on two threads
+SUM_PARALLEL_MIN = 1 << 16  # elements from which the bias gradient runs on several threads
 
 
 def channel_sum(g: Any) -> Any:

@@ -14,9 +14,11 @@ The input gradient is the same kernel on the output gradient with the weights fl
 transposed (its padding negative where the forward's crops); the weight gradient is, per pair of
 output channels and input channel, eighteen dot products in one pass over the same stacked
 runs, the output gradient laid out wide with zeros where the forward's dropped elements were.
-Calls of at least ``PARALLEL_MIN`` multiply-adds run the batch in two halves on numba's
-threads (``_fwd_par``, ``_wgrad_par``: ``prange`` over the halves) when numpy's BLAS shares
-them (``threads.active()``); otherwise, and always below it, on the calling thread. With a
+Calls of at least ``PARALLEL_MIN`` multiply-adds run the batch in chunks of samples, one per
+thread (``_fwd_par``, ``_wgrad_par``: ``prange`` over the chunks) when numpy's BLAS shares
+numba's threads (``threads.active()``); otherwise, and always below it, on the calling thread.
+The outputs and the input gradient are the same bits at any thread count; the weight gradient
+sums each chunk's samples and then the chunks, so it differs by float rounding. With a
 pool thread of its own the split lost inside whole steps, where numpy's BLAS threads spun on
 the second core after each GEMM (median of 6 alternating rounds in one process: (c) 4.3 ms
 split against 3.6 serial, (i) 168 against 160, (e) 17.2 against 16.7).
@@ -40,11 +42,12 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 
 U = np.uint64
 LANE = 16  # runs are multiples of this: no scalar remainder loop
 RUN = 2048  # elements per stacked plane in one chunk (a chunk is whole samples, at least one)
-# multiply-adds from which a call runs its batch in two halves on numba's threads, when numpy's
+# multiply-adds from which a call splits its batch over numba's threads, when numpy's
 # BLAS shares them (threads.active()): (c)'s conv1 forward, 3.6M, lost 10% on two threads
 PARALLEL_MIN = 1 << 23
 
@@ -315,30 +318,30 @@ def _place_wide_hw(g, n0, nb, gw, hp, wp):  # type: ignore[no-untyped-def]
 
 
 # --------------------------------------------------------------------------------------------
-# the entry points: chunk size, weight layout, the two-thread split
+# the entry points: chunk size, weight layout, the split over threads
 # --------------------------------------------------------------------------------------------
 
 
 @jit(parallel=True, fastmath={"contract"})
 def _fwd_par(x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
-    """``_fwd`` over the batch in two halves, one on each of numba's threads."""
-    n = x.shape[0]
-    h = n // 2
-    for i in prange(2):
-        _fwd(i * h, n if i else h, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups)
+    """``_fwd`` over the batch in chunks of samples, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        n0, n1 = bounds(x.shape[0], p, i, 1)
+        _fwd(n0, n1, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups)
 
 
 @jit(parallel=True, fastmath={"reassoc", "contract"})
 def _wgrad_par(g, x, dwt2, nbc, hp, wp, pt, pl, dh, dw, groups):  # type: ignore[no-untyped-def]
-    """``_wgrad`` of the batch's two halves into dwt2[0] and dwt2[1], on two threads."""
-    n = x.shape[0]
-    h = n // 2
-    for i in prange(2):
-        _wgrad(g, x, dwt2[i], i * h, n if i else h, nbc, hp, wp, pt, pl, dh, dw, groups)
+    """``_wgrad`` of the batch in ``len(dwt2)`` chunks of samples, chunk i's into dwt2[i]."""
+    p = dwt2.shape[0]
+    for i in prange(p):
+        n0, n1 = bounds(x.shape[0], p, i, 1)
+        _wgrad(g, x, dwt2[i], n0, n1, nbc, hp, wp, pt, pl, dh, dw, groups)
 
 
-def _two(n: int, work: int) -> bool:
-    """Whether a call runs its batch in two halves on numba's threads (shared with BLAS)."""
+def _parallel(n: int, work: int) -> bool:
+    """Whether a call splits its batch over numba's threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return n >= 2 and threads.worth(work, PARALLEL_MIN)
@@ -371,7 +374,7 @@ def _conv(x: Any, w: Any, b: Any, out: Any, pads: tuple[int, int, int, int], dh:
     c_ = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
     args = (c_(x), c_(w), bb, out, _chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)
-    if _two(n, work):
+    if _parallel(n, work):
         _fwd_par(*args)
     else:
         _fwd(0, n, *args)
@@ -416,10 +419,12 @@ def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int
     c = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
     args = (_chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)
-    if _two(n, work):
-        dwt2 = np.empty((2, *wshape), dtype=g.dtype)
+    if _parallel(n, work):
+        from . import threads  # noqa: PLC0415
+
+        dwt2 = np.empty((threads.count(), *wshape), dtype=g.dtype)
         _wgrad_par(c(g), c(x), dwt2, *args)
-        return np.add(dwt2[0], dwt2[1], out=dwt2[0])
+        return dwt2.sum(axis=0)
     dwt = np.empty(wshape, dtype=g.dtype)
     _wgrad(c(g), c(x), dwt, 0, n, *args)
     return dwt

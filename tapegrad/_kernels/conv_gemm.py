@@ -18,8 +18,9 @@ pixel-major after, PyTorch's oneDNN): DCGAN 4x4 stride-2 3->16 15.6 -> 10.4 ms (
 on 8x8 5.4 -> 4.6 (2.8). The GEMMs are now about three quarters of the time. At 64+ channels
 on rows 8+ pixels wide and a stride above 1 the transposes cost more than they save and
 ``_f_conv._pixel_major`` keeps the channel-first path (stride-1 layers of any width come here:
-by wall time, 128 -> 128 at 14x14 13.1 against 14.2 ms). The copying passes run the batch's two
-halves on numba's threads when numpy's BLAS shares them (``PASS_MIN``, ``threads.active()``).
+by wall time, 128 -> 128 at 14x14 13.1 against 14.2 ms). The copying passes run in chunks, one
+per thread, when numpy's BLAS shares numba's threads (``PASS_MIN``, ``threads.active()``); they
+copy or add each element the same way at any thread count (the same bits).
 Imported only when numba is selected.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 from .conv import _pack
 
 U = np.uint64
@@ -246,8 +248,8 @@ def _unpack_t_k(y, b, out, i0, i1):  # type: ignore[no-untyped-def]
             of[dst + k] = yf[src + k * U(og)] + bo
 
 
-# Each pass's twin on numba's threads: its rows (or planes; the scatter: its channels) in two
-# halves, one per thread (disjoint writes), used from PASS_MIN elements when numpy's BLAS shares
+# Each pass's parallel form on numba's threads: its rows (or planes; the scatter: its channels)
+# in chunks, one per thread (disjoint writes), used from PASS_MIN elements when numpy's BLAS shares
 # the threads (threads.active()). Measured on (e)'s conv2 (16 -> 32 at 8x8, batch 128, forward
 # and both gradients): the passes were a third of the blocked path's time once the products ran
 # on two threads. Splitting within a sample, not by samples, lets a chunk of one sample (wide
@@ -264,63 +266,63 @@ SCATTER_ROWS = 64
 
 @jit(parallel=True)
 def _nhwc_par(x, xt, pt, pl):  # type: ignore[no-untyped-def]
-    n = xt.shape[0] * xt.shape[1] * xt.shape[2]
-    h = n // 2
-    for i in prange(2):
-        _nhwc_rows(x, xt, pt, pl, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(xt.shape[0] * xt.shape[1] * xt.shape[2], p, i, 1)
+        _nhwc_rows(x, xt, pt, pl, i0, i1)
 
 
 @jit(parallel=True)
 def _gather_par(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    n = xt.shape[0] * xt.shape[1] * ho
-    h = n // 2
-    for i in prange(2):
-        _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(xt.shape[0] * xt.shape[1] * ho, p, i, 1)
+        _gather_k(xt, cols, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
 
 
 @jit(parallel=True)
 def _scatter_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    n = gt.shape[0]
-    h = n // 2
-    for i in prange(2):
-        _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(gt.shape[0], p, i, 1)
+        _scatter_k(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
 
 
 @jit(parallel=True)
 def _scatter_rows_par(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo):  # type: ignore[no-untyped-def]
-    n = gt.shape[0] * gt.shape[1] * gt.shape[2]
-    h = n // 2
-    for i in prange(2):
-        _scatter_rows(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(gt.shape[0] * gt.shape[1] * gt.shape[2], p, i, 1)
+        _scatter_rows(cols, gt, kh, kw, sh, sw, dh, dw, ho, wo, i0, i1)
 
 
 @jit(parallel=True)
 def _nchw_par(gt, out, pt, pl):  # type: ignore[no-untyped-def]
-    n = out.shape[0] * out.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _nchw_k(gt, out, pt, pl, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(out.shape[0] * out.shape[1], p, i, 1)
+        _nchw_k(gt, out, pt, pl, i0, i1)
 
 
 @jit(parallel=True)
 def _unpack_t_par(y, b, out):  # type: ignore[no-untyped-def]
-    n = out.shape[0] * out.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _unpack_t_k(y, b, out, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        i0, i1 = bounds(out.shape[0] * out.shape[1], p, i, 1)
+        _unpack_t_k(y, b, out, i0, i1)
 
 
-def _two(items: int, size: int) -> bool:
-    """Whether a pass over ``items`` rows writing ``size`` elements runs on two threads."""
+def _parallel(items: int, size: int) -> bool:
+    """Whether a pass over ``items`` rows writing ``size`` elements runs on several threads."""
     from . import threads  # noqa: PLC0415
 
     return items >= 2 and threads.worth(size, PASS_MIN)
 
 
-def _split(kernel: Any, twin: Any, items: int, size: int, *args: Any) -> None:
-    """``twin(*args)`` when the pass runs on two threads, else ``kernel(*args, 0, items)``."""
-    if _two(items, size):
-        twin(*args)
+def _split(kernel: Any, par: Any, items: int, size: int, *args: Any) -> None:
+    """``par(*args)`` when the pass runs on several threads, else ``kernel(*args, 0, items)``."""
+    if _parallel(items, size):
+        par(*args)
     else:
         kernel(*args, 0, items)
 

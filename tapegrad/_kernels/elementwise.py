@@ -9,9 +9,11 @@ layer's bias added to its GEMM's output in place.
 Binary cross-entropy on probabilities and on logits: the loss (per element, or its sum) and
 the gradients for input and target, each one loop, and the [0, 1] range check of the inputs
 in one pass; on a GAN's 64 outputs the numpy formulas were ten to fifteen calls, several
-times the arithmetic. The activations (and their gradients, ``activation.py``) have two-thread
-twins over the two halves of the flat array, from ``PARALLEL_MIN`` elements when numpy's BLAS
-shares numba's threads. Imported only when numba is selected.
+times the arithmetic. The activations (and their gradients, ``activation.py``) have parallel
+forms over chunks of the flat array, one per thread (``chunks.bounds``, cut at multiples of 16),
+from ``PARALLEL_MIN`` elements when numpy's BLAS shares numba's threads: each element sees the
+same arithmetic, so results are the same bits at any thread count. Imported only when numba is
+selected.
 """
 
 from __future__ import annotations
@@ -22,29 +24,25 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 
 U = np.uint64
-PARALLEL_MIN = 1 << 16  # elements from which an activation runs on two threads (two halves)
+PARALLEL_MIN = 1 << 16  # elements from which an activation runs on several threads
+ALIGN = 16  # elements: where the flat arrays are cut between threads (whole vectors)
 
 
-@jit()
-def split(n):  # type: ignore[no-untyped-def]
-    """Where a flat range of n elements is cut in two: the middle, rounded down to 16."""
-    return (n // 2) & ~15
-
-
-def two(n: int) -> bool:
-    """Whether an elementwise pass over n elements runs on two threads (shared with BLAS)."""
+def parallel(n: int) -> bool:
+    """Whether an elementwise pass over n elements runs on several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return threads.worth(n, PARALLEL_MIN)
 
 
-def halves(serial: Any, twin: Any, n: int, *args: Any) -> None:
-    """A pass over ``n`` elements: ``twin(*args)`` (the two halves of the flat arrays, one per
-    thread) when it runs on two threads, else ``serial(*args, 0, n)``."""
-    if two(n):
-        twin(*args)
+def run(serial: Any, par: Any, n: int, *args: Any) -> None:
+    """A pass over ``n`` elements: ``par(*args)`` (chunks of the flat arrays, one per thread)
+    when it runs on several threads, else ``serial(*args, 0, n)``."""
+    if parallel(n):
+        par(*args)
     else:
         serial(*args, 0, n)
 
@@ -61,16 +59,16 @@ def _relu(x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _relu_par(x, out):  # type: ignore[no-untyped-def]
-    n = x.size
-    h = split(n)
-    for i in prange(2):
-        _relu(x, out, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(x.size, p, i, ALIGN)
+        _relu(x, out, k0, k1)
 
 
 def relu(x: Any) -> Any:
     """``max(x, 0)`` of a C-contiguous float array, NaN kept."""
     out = np.empty_like(x)
-    halves(_relu, _relu_par, x.size, x, out)
+    run(_relu, _relu_par, x.size, x, out)
     return out
 
 
@@ -86,16 +84,16 @@ def _leaky_relu(x, out, s, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _leaky_relu_par(x, out, s):  # type: ignore[no-untyped-def]
-    n = x.size
-    h = split(n)
-    for i in prange(2):
-        _leaky_relu(x, out, s, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(x.size, p, i, ALIGN)
+        _leaky_relu(x, out, s, k0, k1)
 
 
 def leaky_relu(x: Any, slope: float) -> Any:
     """``x if x > 0 else slope * x`` of a C-contiguous float array (NaN stays NaN)."""
     out = np.empty_like(x)
-    halves(_leaky_relu, _leaky_relu_par, x.size, x, out, x.dtype.type(slope))
+    run(_leaky_relu, _leaky_relu_par, x.size, x, out, x.dtype.type(slope))
     return out
 
 

@@ -27,7 +27,8 @@ from numba.extending import overload
 
 from .._backend import np
 from . import jit
-from .elementwise import halves, split
+from .chunks import bounds, num_threads
+from .elementwise import ALIGN, run
 from .softmax import fexp
 
 U = np.uint64
@@ -93,10 +94,10 @@ def _gelu(x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _gelu_par(x, out):  # type: ignore[no-untyped-def]
-    n = x.size
-    h = split(n)
-    for i in prange(2):
-        _gelu(x, out, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(x.size, p, i, ALIGN)
+        _gelu(x, out, k0, k1)
 
 
 @jit(ieee=True)
@@ -113,23 +114,23 @@ def _gelu_grad(g, x, out, k0, k1):  # type: ignore[no-untyped-def]
 
 @jit(parallel=True)
 def _gelu_grad_par(g, x, out):  # type: ignore[no-untyped-def]
-    n = out.size
-    h = split(n)
-    for i in prange(2):
-        _gelu_grad(g, x, out, i * h, n if i else h)
+    p = num_threads()
+    for i in prange(p):
+        k0, k1 = bounds(out.size, p, i, ALIGN)
+        _gelu_grad(g, x, out, k0, k1)
 
 
 def gelu(x: Any) -> Any:
     """``x * Phi(x)`` of a C-contiguous float array."""
     out = np.empty_like(x)
-    halves(_gelu, _gelu_par, x.size, x, out)
+    run(_gelu, _gelu_par, x.size, x, out)
     return out
 
 
 def gelu_grad(g: Any, x: Any) -> Any:
     """``g * (Phi(x) + x * phi'(x))`` for C-contiguous ``g`` and ``x`` of one shape."""
     out = np.empty_like(g)
-    halves(_gelu_grad, _gelu_grad_par, out.size, g, x, out)
+    run(_gelu_grad, _gelu_grad_par, out.size, g, x, out)
     return out
 
 

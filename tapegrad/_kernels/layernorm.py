@@ -10,11 +10,11 @@ dtype over blocks of 32 rows, then into float64), and one more writes the input 
 Rows are indexed flat at their offsets (no view per row) and the kernels allow reassociation
 (``fastmath`` reassoc/contract), so the sums vectorise. Measured alone on (1024, 128) float32,
 one thread: forward 0.14 -> 0.04 ms, backward 0.25 -> 0.10 ms (PyTorch with two threads:
-0.06 and 0.12). Each has a two-thread twin over the rows' halves (``*_par``, from
-``PARALLEL_MIN`` elements when numpy's BLAS shares numba's threads): the same bits for the
-output and the input gradient; the weight and bias gradients add the two halves' float64
-sums at the end (the serial kernel adds each block of 32 rows in turn), so they agree within
-float64 rounding before their cast. Imported only when numba is selected.
+0.06 and 0.12). Each has a parallel form over chunks of rows, one per thread, cut at multiples
+of 32 rows (``*_par``, from ``PARALLEL_MIN`` elements when numpy's BLAS shares numba's threads):
+the same bits for the output and the input gradient at any thread count; the weight and bias
+gradients add the chunks' float64 sums at the end (the serial kernel adds each block of 32 rows
+in turn), so they agree within float64 rounding before their cast. Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 from .softmax import flat_sum
 
 U = np.uint64
-PARALLEL_MIN = 1 << 15  # elements from which a pass runs on two threads
+PARALLEL_MIN = 1 << 15  # elements from which a pass runs on several threads
+ROWS = 32  # rows: the weight and bias gradients' blocks, and where threads' chunks are cut
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -110,25 +112,25 @@ def _vec(a: Any, dtype: Any) -> Any:
 
 @jit(parallel=True)
 def _ln_fwd_par(x, w, b, y, eps):  # type: ignore[no-untyped-def]
-    """``_ln_fwd`` of the rows' two halves, one on each of numba's threads."""
-    n = x.shape[0]
-    h = (n // 2) & ~31
-    for i in prange(2):
-        _ln_fwd(x, w, b, y, eps, i * h, n if i else h)
+    """``_ln_fwd`` of the rows in chunks, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        r0, r1 = bounds(x.shape[0], p, i, ROWS)
+        _ln_fwd(x, w, b, y, eps, r0, r1)
 
 
 @jit(parallel=True)
 def _ln_bwd_par(g, x, w, eps, gx, gwb2):  # type: ignore[no-untyped-def]
-    """``_ln_bwd`` of the rows' two halves (cut at a multiple of 32 rows, so the blocks of the
-    weight and bias sums are the serial kernel's), their sums into gwb2[0] and gwb2[1]."""
-    n = x.shape[0]
-    h = (n // 2) & ~31
-    for i in prange(2):
-        _ln_bwd(g, x, w, eps, gx, gwb2[i], i * h, n if i else h)
+    """``_ln_bwd`` of the rows in ``len(gwb2)`` chunks (cut at multiples of 32 rows, so the
+    blocks of the weight and bias sums are the serial kernel's), chunk i's sums into gwb2[i]."""
+    p = gwb2.shape[0]
+    for i in prange(p):
+        r0, r1 = bounds(x.shape[0], p, i, ROWS)
+        _ln_bwd(g, x, w, eps, gx, gwb2[i], r0, r1)
 
 
-def _two(x2: Any) -> bool:
-    """Whether a pass over the (rows, m) ``x2`` runs on two threads (shared with BLAS)."""
+def _parallel(x2: Any) -> bool:
+    """Whether a pass over the (rows, m) ``x2`` runs on several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return x2.shape[0] >= 64 and threads.worth(x2.size, PARALLEL_MIN)
@@ -138,7 +140,7 @@ def layer_norm(x: Any, w: Any, b: Any, m: int, eps: float) -> Any:
     """``(x - mean) / sqrt(var + eps) * w + b`` over rows of the last ``m`` elements."""
     x2 = np.ascontiguousarray(x).reshape(-1, m)
     y = np.empty(x2.shape, x.dtype)
-    if _two(x2):
+    if _parallel(x2):
         _ln_fwd_par(x2, _vec(w, x.dtype), _vec(b, x.dtype), y, eps)
     else:
         _ln_fwd(x2, _vec(w, x.dtype), _vec(b, x.dtype), y, eps, 0, x2.shape[0])
@@ -151,10 +153,12 @@ def layer_norm_grad(g: Any, x: Any, w: Any, m: int, eps: float, needs: Any) -> t
     x2 = np.ascontiguousarray(x).reshape(-1, m)
     g2 = np.ascontiguousarray(g).reshape(-1, m)
     gx = np.empty(x2.shape if needs[0] else (0, m), x.dtype)
-    if _two(x2):
-        gwb2 = np.zeros((2, 2, m), np.float64)
+    if _parallel(x2):
+        from . import threads  # noqa: PLC0415
+
+        gwb2 = np.zeros((threads.count(), 2, m), np.float64)
         _ln_bwd_par(g2, x2, _vec(w, x.dtype), eps, gx, gwb2)
-        gwb = gwb2[0] + gwb2[1]
+        gwb = gwb2.sum(axis=0)
     else:
         gwb = np.zeros((2, m), np.float64)
         _ln_bwd(g2, x2, _vec(w, x.dtype), eps, gx, gwb, 0, x2.shape[0])

@@ -4,7 +4,7 @@ The eager update in ``optim/_adam.py`` is nine numpy passes over the parameter's
 (``m *= beta1``, ``m += (1 - beta1) * g``, ...); this loop does the same operations in the same
 order on each element, with the scalars cast to the parameter's dtype as numpy casts a Python
 number, so the results are equal bit for bit. From ``elementwise.PARALLEL_MIN`` elements, while
-numpy's BLAS shares numba's threads, the two halves of the flat arrays run on the two threads.
+numpy's BLAS shares numba's threads, chunks of the flat arrays run one per thread (the same bits).
 Imported only when numba is selected.
 """
 
@@ -17,7 +17,8 @@ from numba import prange
 
 from .._backend import np
 from . import jit
-from .elementwise import halves, split
+from .chunks import bounds, num_threads
+from .elementwise import ALIGN, run
 
 U = np.uint64
 
@@ -47,11 +48,10 @@ def _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, k0
 
 @jit(parallel=True)
 def _adam_par(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled):  # type: ignore[no-untyped-def]
-    n = p.size
-    h = split(n)
-    for i in prange(2):
-        _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, i * h,
-              n if i else h)
+    parts = num_threads()
+    for i in prange(parts):
+        k0, k1 = bounds(p.size, parts, i, ALIGN)
+        _adam(p, g, m, v, lr, wd, b1, b2, eps_bc2, step_size, coupled, decoupled, k0, k1)
 
 
 def fits(p: Any, *arrays: Any) -> bool:
@@ -72,7 +72,7 @@ def adam(p: Any, g: Any, m: Any, v: Any, group: dict[str, Any], t: int) -> None:
     beta1, beta2 = group["betas"]
     decoupled = bool(wd) and bool(group.get("decoupled_weight_decay", False))
     bc2_sqrt = math.sqrt(1.0 - beta2**t)
-    halves(_adam, _adam_par, p.size, p, g, m, v, lr, wd, float(beta1), float(beta2),
+    run(_adam, _adam_par, p.size, p, g, m, v, lr, wd, float(beta1), float(beta2),
            float(group["eps"] * bc2_sqrt), float(lr / (1.0 - beta1**t) * bc2_sqrt),
            bool(wd) and not decoupled, decoupled)
 

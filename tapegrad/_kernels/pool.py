@@ -6,9 +6,9 @@ unrolled (measured: loops over a run-time kernel size do not vectorise and were 
 numpy, so other geometries keep the numpy code). The forward keeps the maximum (a NaN wins, as
 ``np.maximum``); the gradient routes each window's gradient to its first maximum in row-major
 order (PyTorch's rule) and writes zeros elsewhere, rows and columns no window reaches included.
-Each has a two-thread twin (``*_par``: the planes' halves) used from ``PARALLEL_MIN`` input
-elements when numpy's BLAS shares numba's threads (before that pool, waking a second thread
-cost more than the pass). The gradient writes each element once (zeros only where no window
+Each has a parallel form (``*_par``: the planes in chunks, one per thread, the same bits) used
+from ``PARALLEL_MIN`` input elements when numpy's BLAS shares numba's threads (before that pool,
+waking a second thread cost more than the pass). The gradient writes each element once (zeros only where no window
 reaches: an odd last row or column). Imported only when numba is selected.
 """
 
@@ -20,9 +20,10 @@ from numba import prange
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
 
 U = np.uint64
-PARALLEL_MIN = 1 << 16  # input elements from which a pass runs on two threads
+PARALLEL_MIN = 1 << 16  # input elements from which a pass runs on several threads
 
 
 @jit()
@@ -100,24 +101,24 @@ def fits(geom: Any) -> bool:
 
 @jit(parallel=True)
 def _max4_par(x, out):  # type: ignore[no-untyped-def]
-    """``_max4`` of the planes' two halves, one on each of numba's threads."""
-    n = x.shape[0] * x.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _max4(x, out, i * h, n if i else h)
+    """``_max4`` of the planes in chunks, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
+        _max4(x, out, p0, p1)
 
 
 @jit(parallel=True)
 def _max4_grad_par(g, x, out, dx):  # type: ignore[no-untyped-def]
-    """``_max4_grad`` of the planes' two halves, on two threads."""
-    n = x.shape[0] * x.shape[1]
-    h = n // 2
-    for i in prange(2):
-        _max4_grad(g, x, out, dx, i * h, n if i else h)
+    """``_max4_grad`` of the planes in chunks, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
+        _max4_grad(g, x, out, dx, p0, p1)
 
 
-def _two(x: Any) -> bool:
-    """Whether a pass over (N, C, H, W) ``x`` runs on two threads (shared with BLAS)."""
+def _parallel(x: Any) -> bool:
+    """Whether a pass over (N, C, H, W) ``x`` runs on several threads (shared with BLAS)."""
     from . import threads  # noqa: PLC0415
 
     return x.shape[0] * x.shape[1] >= 2 and threads.worth(x.size, PARALLEL_MIN)
@@ -127,7 +128,7 @@ def max_pool(x: Any, geom: Any) -> Any:
     """``nn.max_pool2d``'s forward for ``fits(geom)``: the (N, C, H // 2, W // 2) maxima."""
     out = np.empty(x.shape[:2] + tuple(geom.out_hw), dtype=x.dtype)
     x = np.ascontiguousarray(x)
-    if _two(x):
+    if _parallel(x):
         _max4_par(x, out)
     else:
         _max4(x, out, 0, x.shape[0] * x.shape[1])
@@ -139,7 +140,7 @@ def max_pool_grad(g: Any, x: Any, out: Any, geom: Any) -> Any:
     dx = np.empty(geom.in_shape, dtype=g.dtype)
     c = np.ascontiguousarray
     g, x, out = c(g), c(x), c(out)
-    if _two(x):
+    if _parallel(x):
         _max4_grad_par(g, x, out, dx)
     else:
         _max4_grad(g, x, out, dx, 0, x.shape[0] * x.shape[1])

@@ -12,14 +12,19 @@ kernel took 0.40 ms right after a GEMM; the products themselves ran at OpenBLAS'
 (within noise, 128 to 4096 wide).
 
 ``active()`` installs it on first use and says whether parallel kernels may run (``worth``
-asks that for a call of a given size): numba's
+asks that for a call of a given size, and says no when the kernels have one thread): numba's
 threading layer is ``omp`` or ``tbb`` (the ``workqueue`` layer cannot run parallel regions
 from several threads at once), numpy's BLAS is an OpenBLAS with the callback, more than one
 core, OpenBLAS's threads no more than numba's (a product's jobs wait on each other, so each
-needs a thread of its own), and ``TAPEGRAD_SHARED_POOL`` is not ``0``. Otherwise kernels stay
-serial and OpenBLAS keeps its threads. A forked child gets OpenBLAS's own threads back and
-serial kernels (GNU OpenMP, behind numba's ``omp`` layer, does not survive a fork).
-Imported only when numba is selected.
+needs a thread of its own: the callback raises the calling thread's numba mask to the number
+of jobs for the product's duration), and ``TAPEGRAD_SHARED_POOL`` is not ``0``. Otherwise
+kernels stay serial and OpenBLAS keeps its threads. A forked child gets OpenBLAS's own threads
+back and serial kernels (GNU OpenMP, behind numba's ``omp`` layer, does not survive a fork).
+
+``count()`` is the kernels' thread count (``tg.get_num_threads()``); ``set_threads`` (behind
+``tg.set_num_threads``) sets it and OpenBLAS's together, for every Python thread: numba's own
+count is per thread, so each sets its mask on its next kernel after a change. Imported only
+when numba is selected.
 """
 
 from __future__ import annotations
@@ -32,11 +37,18 @@ from typing import Any
 
 from numba import prange
 
+from .. import _threads
 from .._backend import np
 from . import jit, numba
+from .chunks import num_threads, set_num_threads
 
 _state: dict[str, Any] = {"pid": None, "on": False, "why": "not installed"}
 _lock = threading.Lock()
+# the kernels' thread count (None: the default, decided on first use) and a generation that
+# each Python thread compares with its own to know when to set numba's mask (numba's is per
+# thread; the count is per process)
+_conf: dict[str, Any] = {"n": None, "gen": 0}
+_local = threading.local()
 
 
 def _intrinsic() -> Any:
@@ -67,8 +79,15 @@ call_job = _intrinsic()
 
 @jit(parallel=True, signatures=["void(intp, int32, intp, intp, int32)"])
 def _run_jobs(fn, numjobs, elsize, jobdata, arg):  # type: ignore[no-untyped-def]
+    # a product's jobs wait on each other: each needs a thread, whatever the calling thread's
+    # mask (numjobs is at most OpenBLAS's threads, at most numba's)
+    mask = num_threads()
+    if mask < numjobs:
+        set_num_threads(numjobs)
     for i in prange(numjobs):
         call_job(fn, np.int32(i), jobdata + i * elsize, arg)
+    if mask < numjobs:
+        set_num_threads(mask)
 
 
 def _callback() -> Any:
@@ -87,23 +106,9 @@ def _callback() -> Any:
 
 
 def _numpy_openblas() -> Any:
-    """numpy's own OpenBLAS (the copy its wheel bundles in ``numpy.libs``, not another package's)
-    as a ctypes library, and its number of threads; or None."""
-    libs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))),
-                        "numpy.libs")
-    try:
-        names = sorted(f for f in os.listdir(libs) if "openblas" in f and ".so" in f)
-    except OSError:
-        return None
-    for name in names:
-        lib = ctypes.CDLL(os.path.join(libs, name))  # already loaded by numpy: the same handle
-        for getter in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-                       "openblas_get_num_threads"):
-            f = getattr(lib, getter, None)
-            if f is not None:
-                f.restype = ctypes.c_int
-                return lib, int(f())
-    return None
+    """numpy's own OpenBLAS as a ctypes library, and its number of threads; or None."""
+    lib = _threads.numpy_openblas()
+    return None if lib is None else (lib, _threads.blas_threads())
 
 
 def _setter(lib: Any) -> Any:
@@ -122,8 +127,7 @@ def _setter(lib: Any) -> Any:
 def _why_not() -> str | None:
     if os.environ.get("TAPEGRAD_SHARED_POOL", "").strip() == "0":
         return "TAPEGRAD_SHARED_POOL=0"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if (cores or 1) < 2:
+    if _threads.cores() < 2:
         return "one core"
     return None
 
@@ -183,8 +187,46 @@ def active() -> bool:
 
 
 def worth(work: int, minimum: int) -> bool:
-    """Whether a kernel call of ``work`` units (at least ``minimum``) runs on two threads."""
-    return work >= minimum and active()
+    """Whether a kernel call of ``work`` units (at least ``minimum``) runs its parallel form
+    (on ``count()`` threads; never when that is one)."""
+    return work >= minimum and active() and count() > 1
+
+
+def count() -> int:
+    """The threads a parallel kernel called from this Python thread runs on: the number
+    ``set_threads`` gave, else the default (``tapegrad._threads.default_threads``). Sets numba's
+    mask of the calling thread to it the first time the thread asks after a change."""
+    n = _conf["n"]
+    if n is None:
+        with _lock:
+            if _conf["n"] is None:
+                _conf["n"] = _threads.default_threads(_launched())
+            n = _conf["n"]
+    if getattr(_local, "gen", -1) != _conf["gen"]:
+        nb = numba()
+        assert nb is not None
+        nb.set_num_threads(n)
+        _local.gen = _conf["gen"]
+    return int(n)
+
+
+def _launched() -> int:
+    nb = numba()
+    assert nb is not None
+    return int(nb.config.NUMBA_NUM_THREADS)
+
+
+def set_threads(n: int) -> None:
+    """Run the kernels and numpy's OpenBLAS on ``n`` threads, capped at numba's (for every
+    Python thread: each sets its numba mask on its next kernel)."""
+    k = min(int(n), _launched())
+    with _lock:
+        _conf["n"] = k
+        _conf["gen"] += 1
+        _threads.set_blas_threads(k)
+        if _state["pid"] is not None and not _state["on"] and _state["why"].startswith("OpenBLAS"):
+            _state["pid"] = None  # OpenBLAS had more threads than numba: try sharing again
+    count()
 
 
 def describe() -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._amp import lower
 from .._autodiff import OUT, Joint, apply, defprim, is_recomputing
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
@@ -223,6 +224,7 @@ def _safe_softmax(s: Tensor) -> Tensor:
     return e / E.where(pos, den, 1.0)
 
 
+@lower
 def scaled_dot_product_attention(
     query: Any,
     key: Any,

@@ -6,6 +6,7 @@ from typing import Any
 
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
+from .._dtypes import is_float
 from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _reduce as R
@@ -84,7 +85,7 @@ def check_pair(x: Tensor, t: Tensor, op: str) -> None:
 def float_input(x: Any, op: str, name: str = "input") -> Tensor:
     """``x`` as a float Tensor; a clear error for integer or bool data."""
     t = as_tensor(x)
-    if t.dtype.kind != "f":
+    if t.dtype.kind != "f" and not is_float(t.dtype):  # is_float: bfloat16 too
         raise TypeError(
             f"{op}: {name} must be a float tensor, got dtype {t.dtype} (shape {t.shape}); "
             "cast it with x.astype(tg.float32)"

@@ -22,6 +22,7 @@ import math
 from typing import Any, NamedTuple
 
 from .. import _kernels as K
+from .._amp import lower
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
@@ -538,6 +539,7 @@ def _as_batched(x: Tensor, nd: int) -> tuple[Tensor, bool]:
     return x, False
 
 
+@lower
 def conv2d(
     input: Any,
     weight: Any,
@@ -596,6 +598,7 @@ def conv2d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv1d(
     input: Any,
     weight: Any,
@@ -628,6 +631,7 @@ def conv1d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv_transpose2d(
     input: Any,
     weight: Any,
@@ -692,6 +696,7 @@ def conv_transpose2d(
     return S.squeeze(out, 0) if unbatched else out
 
 
+@lower
 def conv_transpose1d(
     input: Any,
     weight: Any,

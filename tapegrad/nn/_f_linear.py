@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._amp import lower
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
@@ -64,6 +65,7 @@ def _linear_vjp_b(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
 LINEAR = defprim("nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1))
 
 
+@lower
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     """``input @ weight.T + bias`` with ``weight`` (out_features, in_features), as PyTorch.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from .._amp import upper
 from .._autodiff import PRIMITIVES, Primitive, apply, defprim, is_capturing
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
@@ -201,6 +202,7 @@ def _valid_and_weights(
     return safe, vmask, w.astype(dtype, copy=False)[safe] * vmask
 
 
+@upper
 def nll_loss(
     input: Any,
     target: Any,
@@ -229,6 +231,7 @@ def nll_loss(
     return reduce_loss(loss, reduction, "nll_loss", denom=w.sum(), unbatched=unb)
 
 
+@upper
 def cross_entropy(
     input: Any,
     target: Any,
@@ -421,6 +424,7 @@ def _times_weight(loss: Tensor, weight: Any, op: str) -> Tensor:
     return loss * S.astype(float_input(weight, op, "weight"), loss.dtype)
 
 
+@upper
 def binary_cross_entropy(
     input: Any,
     target: Any,
@@ -553,6 +557,7 @@ def _clamped_log(p: Tensor) -> Tensor:
     return E.where(pos, E.maximum(E.log(E.where(pos, p, 1.0)), -100.0), -100.0)
 
 
+@upper
 def binary_cross_entropy_with_logits(
     input: Any,
     target: Any,
@@ -590,6 +595,7 @@ def binary_cross_entropy_with_logits(
     return reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")
 
 
+@upper
 def kl_div(
     input: Any,
     target: Any,
@@ -662,6 +668,7 @@ MSE = defprim(
 )
 
 
+@upper
 def mse_loss(
     input: Any,
     target: Any,
@@ -690,6 +697,7 @@ def mse_loss(
     return reduce_loss(loss, reduction, "mse_loss")
 
 
+@upper
 def l1_loss(
     input: Any,
     target: Any,
@@ -713,6 +721,7 @@ def _huber(d: Tensor, delta: float) -> Tensor:
     return E.where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
 
 
+@upper
 def huber_loss(
     input: Any, target: Any, reduction: str = "mean", delta: float = 1.0, weight: Any = None
 ) -> Tensor:
@@ -729,6 +738,7 @@ def huber_loss(
     return reduce_loss(loss, reduction, "huber_loss")
 
 
+@upper
 def smooth_l1_loss(
     input: Any,
     target: Any,

@@ -17,6 +17,7 @@ import math
 import threading
 from typing import Any
 
+from .._amp import upper
 from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim, no_grad
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
@@ -120,6 +121,7 @@ def _affine(y: Tensor, weight: Any, bias: Any, shape: tuple[int, ...], op: str) 
     return y
 
 
+@upper
 def layer_norm(
     input: Any,
     normalized_shape: Any,
@@ -154,6 +156,7 @@ def layer_norm(
     return _affine(y, weight, bias, ns, "layer_norm")
 
 
+@upper
 def rms_norm(
     input: Any, normalized_shape: Any, weight: Any = None, eps: float | None = None
 ) -> Tensor:
@@ -251,6 +254,7 @@ def _batch_stats_np(x: Any) -> tuple[Any, Any]:
     return mu.reshape(-1), (d * d).mean(axis=axes)
 
 
+@upper
 def batch_norm(
     input: Any,
     running_mean: Any,
@@ -383,6 +387,7 @@ def _update_running(
             running_var._version += 1
 
 
+@upper
 def group_norm(
     input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
 ) -> Tensor:
@@ -410,6 +415,7 @@ def group_norm(
     return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2), "group_norm")
 
 
+@upper
 def instance_norm(
     input: Any,
     running_mean: Any = None,

@@ -340,13 +340,31 @@ from .. import _autodiff
 from ._fp_warnings import install as _install_quiet_kernels
 from ._fp_warnings import set_fp_warnings
 from ._namespace import TensorNamespace
-from ._torch_names import DIM_OPS, cat, eq, ge, gt, le, lt, narrow, ne, with_dim
+from ._torch_names import (
+    DIM_OPS,
+    bmm,
+    cat,
+    eq,
+    ge,
+    gt,
+    index_select,
+    le,
+    lt,
+    masked_fill,
+    mm,
+    narrow,
+    ne,
+    repeat_interleave,
+    topk,
+    with_dim,
+)
 
 # --- PyTorch's spellings: dim= / keepdim= on the public ops (the modules' own stay plain) ----
 for _name in DIM_OPS:
     if _name in globals():
         globals()[_name] = with_dim(globals()[_name])
 __all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne", "set_fp_warnings"]
+__all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
 
 _install_quiet_kernels()
 

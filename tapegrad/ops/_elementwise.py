@@ -164,6 +164,8 @@ def isinf(x: Any) -> Tensor:
 def _pow_fwd(x: Any, y: Any) -> Any:
     if isinstance(y, int) and y < 0 and x.dtype.kind in "biu":
         x = x.astype(default_float())  # numpy refuses integers to negative integer powers
+    if type(y) is float and y == -0.5:  # PyTorch's rsqrt: -inf at -0.0
+        return np.reciprocal(np.sqrt(x))
     return np.power(x, y)
 
 
@@ -178,14 +180,21 @@ def _pow_vjp_x(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
         return g
     if y == 2:
         return g * (2.0 * x)
+    if y == 0.5:  # PyTorch's sqrt: 0.5 / sqrt(x), -inf at -0.0
+        return g * (0.5 / xp.sqrt(x))
     return g * (y * x ** (y - 1))
 
 
 def _pow_vjp_y(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
-    # d(x ** y)/dy = x ** y * log(x); taken as 0 where x <= 0, where log is undefined
+    # d(x ** y)/dy = x ** y * log(x), as PyTorch at the edges: where x == 0, 0 for y >= 0 and
+    # x ** y * -inf for y < 0; nan where x < 0 (log is undefined there)
     if not xp.is_operand(x):
-        return g * ans * (math.log(x) if x > 0 else 0.0)
-    return g * ans * xp.log(xp.where(x > 0, x, 1.0))
+        if x > 0:
+            return g * ans * math.log(x)
+        return g * xp.where(y >= 0, 0.0, -math.inf) if x == 0 else g * math.nan
+    # ans is +-inf there: ans * -inf without multiplying (a second-order pass would see 0 * inf)
+    edge = xp.where(x < 0, math.nan, xp.where(y >= 0, 0.0, xp.where(ans > 0, -math.inf, math.inf)))
+    return g * xp.where(x > 0, ans * xp.log(xp.where(x > 0, x, 1.0)), edge)
 
 
 _add = defprim("add", np.add, (lambda xp, g, ans, x, y: g, lambda xp, g, ans, x, y: g))
@@ -313,7 +322,8 @@ pow = _binary(
     "pow",
     """``x ** y``; ``y`` a tensor or a Python number.
 
-    The gradient for ``y`` is ``x ** y * log(x)``, taken as 0 where ``x <= 0``.
+    The gradient for ``y`` is ``x ** y * log(x)``; where ``x == 0`` it is 0 for ``y >= 0`` and
+    -inf for ``y < 0``, and nan where ``x < 0`` (as PyTorch).
 
     >>> import tapegrad as tg
     >>> tg.pow(tg.tensor([2.0, 3.0]), 2).tolist()

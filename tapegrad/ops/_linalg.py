@@ -6,6 +6,7 @@ import builtins
 import re
 from typing import Any
 
+from .._amp import lower
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
@@ -39,6 +40,7 @@ def _matmul_vjp_y(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
 _matmul = defprim("matmul", np.matmul, (_matmul_vjp_x, _matmul_vjp_y), (0, 1))
 
 
+@lower
 def matmul(x: Any, y: Any) -> Tensor:
     """Matrix product with numpy's rules (1-D operands, batch dimensions broadcast).
 
@@ -182,6 +184,7 @@ def _explicit(subscripts: str, ops: list[Tensor]) -> str:
     return s
 
 
+@lower
 def einsum(subscripts: str, *operands_: Any) -> Tensor:
     """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
 
@@ -212,6 +215,7 @@ def einsum(subscripts: str, *operands_: Any) -> Tensor:
     return apply(_einsum_prim(len(ops)), *ops, subscripts=s)
 
 
+@lower
 def tensordot(x: Any, y: Any, axes: Any = 2) -> Tensor:
     """numpy's tensordot: sum over the last ``axes`` axes of ``x`` and the first of ``y``, or
     over the pairs ``axes = (x_axes, y_axes)``; computed as an einsum.

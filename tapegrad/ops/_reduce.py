@@ -158,8 +158,54 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return apply(_amin, x, axis=axes, keepdims=keepdims, shape=x.shape)
 
 
-# numpy's names; unlike torch.max(x, dim) they return the values only (use argmax for indices)
-max, min = amax, amin
+_MAX_MESSAGE = (
+    "{name}: tg.{name}(x, {dim}) or x.{name}({dim}) means the {name}imum over axis {dim} in numpy "
+    "and a (values, indices) pair in PyTorch; write {name}(x, axis={dim}) or tg.a{name}(x, {dim}) for the "
+    "values, or {name}(x, dim={dim}) for PyTorch's (values, indices) pair"
+)
+
+
+def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
+    def op(x: Any, *args: Any, axis: Any = None, keepdims: bool = False, dim: Any = None,
+           keepdim: Any = None) -> Any:  # fmt: skip
+        if args and len(args) == 1 and isinstance(args[0], (int, np.integer)):
+            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0]))
+        if args:  # PyTorch's max(x, other): the elementwise maximum
+            if len(args) != 1 or axis is not None or dim is not None:
+                raise TypeError(f"{name}: takes one other tensor, or axis= (numpy) or dim= "
+                                f"(PyTorch), got {args!r}")  # fmt: skip
+            from . import _elementwise as E  # noqa: PLC0415
+
+            return getattr(E, pairwise)(x, args[0])
+        if dim is not None:
+            from ._shape import squeeze, take_along_axis  # noqa: PLC0415
+            from ._torch_names import ValuesIndices  # noqa: PLC0415
+
+            x = as_tensor(x)
+            if x.ndim == 0:
+                return ValuesIndices(x, indices(x))
+            ax = check_axis(dim, x.ndim, name)
+            idx = indices(x, axis=ax, keepdims=True)
+            # the gradient reaches the returned index only, as PyTorch's max(dim)
+            vals = take_along_axis(x, idx, ax)
+            if not keepdim:
+                vals, idx = squeeze(vals, ax), squeeze(idx, ax)
+            return ValuesIndices(vals, idx)
+        return values(x, axis=axis, keepdims=keepdims or builtins.bool(keepdim))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"numpy's ``{name}(x, axis=None, keepdims=False)`` (the values; tied extremes split the "
+        f"gradient) and PyTorch's ``{name}(x, dim=d, keepdim=False)`` (a ``(values, indices)`` "
+        f"pair) and ``{name}(x, other)`` (the elementwise {pairwise}); a bare ``{name}(x, 1)`` "
+        "raises, since the two libraries read it differently.\n\n"
+        f"    >>> import tapegrad as tg\n"
+        f"    >>> tg.{name}(tg.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1).indices.tolist()\n"
+        f"    {[1, 0] if name == 'max' else [0, 1]}\n"
+    )
+    return op
+
+
 
 
 def var(
@@ -281,6 +327,8 @@ def _arg(f: Any, name: str) -> Any:
 
 argmax = _arg(np.argmax, "argmax")
 argmin = _arg(np.argmin, "argmin")
+max = _extreme("max", amax, argmax, "maximum")
+min = _extreme("min", amin, argmin, "minimum")
 
 
 def all(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -352,36 +400,56 @@ def cumprod(x: Any, axis: int | None = None) -> Tensor:
     return _cumulative(_cumprod, x, axis, "cumprod")
 
 
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
+def norm(
+    x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False, *, p: Any = None,
+    dtype: Any = None,
+) -> Tensor:  # fmt: skip
     """Vector p-norm over ``axis`` (2 by default; all axes when None, which for a matrix is the
-    Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, or inf.
+    Frobenius norm, also ``ord='fro'``). ``ord`` may be 1, 2, any p > 0, inf, -inf (the
+    smallest magnitude) or 0 (the count of nonzeros). PyTorch's ``x.norm(p=2, dim=1,
+    keepdim=True)`` spells the same (``p`` for ``ord``); a matrix norm is ``tg.linalg.norm``.
 
-    The 2-norm has gradient 0 at 0 (as PyTorch), not NaN.
+    Every p-norm has gradient 0 at 0 (as PyTorch), not NaN or inf.
 
     >>> import tapegrad as tg
-    >>> tg.norm(tg.tensor([3.0, 4.0])).item()
-    5.0
+    >>> tg.norm(tg.tensor([3.0, 4.0])).item(), tg.ones((2, 4)).norm(p=1, dim=1).tolist()
+    (5.0, [4.0, 4.0])
     """
     from ._elementwise import abs as _abs  # noqa: PLC0415
     from ._elementwise import sqrt, where  # noqa: PLC0415
 
+    if p is not None:
+        if ord is not None:
+            raise TypeError("norm: give ord= (numpy's name) or p= (PyTorch's), not both")
+        ord = p
     x = as_tensor(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    if ord == 0:  # no gradient: a count
+        return sum((x != 0).astype(x.dtype if x.dtype.kind == "f" else default_float()),
+                   axis=axis, keepdims=keepdims)  # fmt: skip
+    if ord in (float("-inf"), "-inf"):
+        return amin(_abs(x), axis=axis, keepdims=keepdims)
     if x.dtype.kind not in "fc":
         x = x.astype(default_float())
-    if ord in (None, 2, "fro"):
-        s = sum(x * x, axis=axis, keepdims=keepdims)
-        zero = s == 0
-        if not builtins.bool(zero._data.any()):
-            return sqrt(s)
-        # the double-where keeps d sqrt/ds (infinite at 0) out of the gradient
-        return where(zero, 0.0, sqrt(where(zero, 1.0, s)))
     if ord == 1:
         return sum(_abs(x), axis=axis, keepdims=keepdims)
     if ord in (float("inf"), "inf"):
         return amax(_abs(x), axis=axis, keepdims=keepdims)
-    if isinstance(ord, (int, float)) and ord > 0:
-        return sum(_abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
-    raise ValueError(f"norm: ord {ord!r} is not supported (use 1, 2, a p > 0, inf or 'fro')")
+    if ord in (None, 2, "fro"):
+        s, root = sum(x * x, axis=axis, keepdims=keepdims), sqrt
+    elif isinstance(ord, (int, float)) and ord > 0:
+        s = sum(_abs(x) ** ord, axis=axis, keepdims=keepdims)  # 0 also when |x|^p underflows
+
+        def root(t: Tensor) -> Tensor:
+            return t ** (1.0 / ord)
+    else:
+        raise ValueError(f"norm: ord {ord!r} is not supported (use 1, 2, a p > 0, inf or 'fro')")
+    zero = s == 0
+    if not builtins.bool(zero._data.any()):
+        return root(s)
+    # the double-where keeps d s^(1/p)/ds (infinite at 0) out of the gradient
+    return where(zero, 0.0, root(where(zero, 1.0, s)))
 
 
 def _max_shift_fwd(x: Any, axis: Any) -> Any:

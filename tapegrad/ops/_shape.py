@@ -203,9 +203,38 @@ def permute_dims(x: Any, axes: Any = None) -> Tensor:
     return apply(_permute, x, axes=axes)
 
 
-def transpose(x: Any, axes: Any = None) -> Tensor:
-    """numpy's ``transpose``: reverses the axes, or permutes them by ``axes``."""
-    return permute_dims(x, axes)
+_TRANSPOSE_MESSAGE = (
+    "transpose: transpose{args} on a tensor of shape {shape} is ambiguous: PyTorch's "
+    "transpose(dim0, dim1) swaps two axes, numpy's transpose(axes) permutes all of them; write "
+    "transpose(x, d0, d1) or swapaxes(x, d0, d1) to swap two, permute_dims(x, ({perm})) to "
+    "permute all"
+)
+
+
+def transpose(x: Any, *args: Any, axes: Any = None, dim0: Any = None, dim1: Any = None) -> Tensor:
+    """PyTorch's ``transpose(x, dim0, dim1)`` (swap two axes, any number of dimensions), or
+    numpy's ``transpose(x, axes)`` given a tuple, no axes (reverse them), or one int per axis
+    of a tensor with other than two dimensions; any other call raises. ``x.transpose`` is the
+    same.
+
+    >>> import tapegrad as tg
+    >>> x = tg.arange(6).reshape(2, 3)
+    >>> x.transpose(0, 1).shape, x.transpose(-2, -1).shape, tg.transpose(x, (1, 0)).shape
+    ((3, 2), (3, 2), (3, 2))
+    """
+    x = as_tensor(x)
+    args += tuple(d for d in (dim0, dim1) if d is not None)
+    if axes is not None:
+        args = (axes,) + args
+    if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+        return permute_dims(x, None if args[0] is None else tuple(args[0]))
+    ints = builtins.all(isinstance(a, (int, np.integer)) for a in args)
+    if ints and len(args) == 2:
+        return swapaxes(x, args[0], args[1])
+    if ints and (len(args) == 0 or (len(args) == x.ndim and x.ndim != 2)):
+        return permute_dims(x, args or None)
+    perm = ", ".join(str(i) for i in range(x.ndim - 1, -1, -1))
+    raise TypeError(_TRANSPOSE_MESSAGE.format(args=args, shape=x.shape, perm=perm))
 
 
 def swapaxes(x: Any, axis1: int, axis2: int) -> Tensor:
@@ -427,6 +456,13 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
     """
     x = as_tensor(x)
     if axis is None:
+        if isinstance(shift, (list, tuple)):  # PyTorch's roll(x, (k,)): one shift, flattened
+            if len(shift) != 1:
+                raise ValueError(
+                    f"roll: {len(shift)} shifts {tuple(shift)} need as many axes; without axis "
+                    "the flattened tensor takes one shift"
+                )
+            shift = shift[0]
         return reshape(roll(reshape(x, (-1,)), shift, 0), x.shape)
     if isinstance(axis, (list, tuple)):
         axis = tuple(check_axis(int(a), x.ndim, "roll") for a in axis)
@@ -507,6 +543,43 @@ _getitem: Primitive = defprim(
 )
 
 
+_LAYOUT_MESSAGE = (
+    "index: x[{idx}] (tensor shape {shape}) mixes an integer and an index array separated by a "
+    "slice, where numpy and PyTorch place the array's axes differently (numpy counts the integer "
+    "as an index array, so the axes go first; PyTorch selects with the integer first and keeps "
+    "them in place). Write the integer as its own step, x[i][...], for PyTorch's layout, or as "
+    "an index array, x[[i], ...], for numpy's"
+)
+
+
+def _layouts_differ(idx: tuple[Any, ...]) -> bool:
+    """Whether numpy and PyTorch place the advanced axes of ``idx`` differently: numpy counts
+    integers as index arrays (separated arrays go first), PyTorch selects with them first."""
+    kinds = []
+    for i in idx:
+        if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
+            kinds.append("i")
+        elif hasattr(i, "dtype") and getattr(i, "ndim", 0) > 0:
+            kinds.append("a")
+        else:
+            kinds.append("s")  # slice, None, Ellipsis
+    if "a" not in kinds or "i" not in kinds:
+        return False
+
+    def adjacent(ks: list[str], marks: str) -> bool:
+        where = [k for k, c in enumerate(ks) if c in marks]
+        return where[-1] - where[0] + 1 == len(where)
+
+    # numpy: separated index arrays (ints included) go first; PyTorch: adjacent arrays (ints
+    # gone) stay where the first one is, which is first too when nothing precedes it
+    torch_kinds = [c for c in kinds if c != "i"]
+    return (
+        not adjacent(kinds, "ia")
+        and adjacent(torch_kinds, "a")
+        and torch_kinds.index("a") > 0
+    )
+
+
 def getitem(x: Tensor, idx: Any) -> Tensor:
     """``x[idx]``: ints, slices (any step), None, Ellipsis, integer arrays and bool masks
     (Tensors or numpy arrays). Gathered positions that repeat accumulate their gradients.
@@ -517,9 +590,19 @@ def getitem(x: Tensor, idx: Any) -> Tensor:
     ([[4, 6], [8, 10]], [1, 9])
     """
     idx = _norm_index(idx)
+    if type(idx) is tuple and len(idx) > 2 and _layouts_differ(idx):
+        raise IndexError(_LAYOUT_MESSAGE.format(idx=_show(idx), shape=x.shape))
     try:
         return apply(_getitem, x, idx=idx, advanced=_is_advanced(idx), shape=x.shape)
     except IndexError as e:
+        items = idx if isinstance(idx, tuple) else (idx,)
+        if builtins.any(getattr(i, "dtype", np.dtype(int)).kind == "f" for i in items):
+            raise IndexError(
+                f"index: a float tensor cannot index a tensor (shape {x.shape}, index "
+                f"{_show(idx)}). If this is g[w] with g = tape.gradient(loss, w): a single "
+                "tensor as sources gives its gradient itself (results are shaped like sources), "
+                "so use g; pass a list [w] or a module, or no sources, for a mapping to index"
+            ) from None
         raise IndexError(
             f"index: {e.__cause__ or e} (tensor shape {x.shape}, index {_show(idx)}); valid "
             "integer indices along an axis of size n are -n..n-1"

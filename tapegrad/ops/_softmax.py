@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._amp import upper
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._kernels.registry import dispatch
@@ -67,6 +68,7 @@ def _float(x: Tensor) -> Tensor:
     return x if x.dtype.kind in "fc" else x.astype(default_float())
 
 
+@upper
 def softmax(x: Any, axis: int = -1) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``axis``.
 
@@ -78,6 +80,7 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
     return apply(_SOFTMAX, x, axis=check_axis(axis, x.ndim, "softmax"))
 
 
+@upper
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``, stable for large logits.
 

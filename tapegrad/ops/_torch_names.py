@@ -11,8 +11,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._tensor import Tensor
+from .._backend import np
+from .._tensor import Tensor, _wrap
 from . import _elementwise as E
+from . import _linalg as L
 from . import _shape as S
 from ._common import as_tensor, check_axis
 
@@ -77,3 +79,123 @@ DIM_OPS = (
     "expand_dims unsqueeze flip roll concatenate concat stack take_along_axis chunk flatten "
     "moveaxis"
 ).split()
+
+
+class ValuesIndices(tuple):  # type: ignore[type-arg]
+    """PyTorch's ``(values, indices)`` result of ``max(dim=...)``/``min(dim=...)``."""
+
+    def __new__(cls, values: Tensor, indices: Tensor) -> ValuesIndices:
+        return super().__new__(cls, (values, indices))
+
+    @property
+    def values(self) -> Tensor:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def indices(self) -> Tensor:
+        return self[1]  # type: ignore[no-any-return]
+
+
+# --- PyTorch functions with no numpy twin (PyTorch's meaning and argument order) -------------
+def mm(input: Any, mat2: Any) -> Tensor:
+    """PyTorch's ``mm``: (n, k) @ (k, m); both must be 2-d (``matmul`` broadcasts).
+
+    >>> import tapegrad as tg
+    >>> tg.mm(tg.ones((2, 3)), tg.ones((3, 4))).shape
+    (2, 4)
+    """
+    a, b = as_tensor(input), as_tensor(mat2)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(
+            f"mm: needs two 2-d tensors, got {a.shape} and {b.shape}; use matmul (@) to broadcast"
+        )
+    return L.matmul(a, b)
+
+
+def bmm(input: Any, mat2: Any) -> Tensor:
+    """PyTorch's ``bmm``: (B, n, k) @ (B, k, m); both must be 3-d with one batch size."""
+    a, b = as_tensor(input), as_tensor(mat2)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"bmm: needs (B, n, k) and (B, k, m), got {a.shape} and {b.shape}; "
+            "use matmul (@) to broadcast"
+        )
+    return L.matmul(a, b)
+
+
+def index_select(input: Any, dim: int, index: Any) -> Tensor:
+    """PyTorch's ``index_select``: the entries at a 1-d integer ``index`` along ``dim``.
+
+    >>> import tapegrad as tg
+    >>> tg.index_select(tg.arange(6).reshape(2, 3), 1, tg.tensor([2, 0])).tolist()
+    [[2, 0], [5, 3]]
+    """
+    x = as_tensor(input)
+    ind = index._data if isinstance(index, Tensor) else np.asarray(index)
+    if ind.ndim > 1 or ind.dtype.kind not in "iu":
+        raise IndexError(
+            f"index_select: index must be a 0-d or 1-d integer tensor, got dtype {ind.dtype} "
+            f"and shape {ind.shape}"
+        )
+    return S.take(x, ind.reshape(-1), axis=dim)
+
+
+def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
+    """PyTorch's ``masked_fill``: ``value`` where the bool ``mask`` (broadcast to the input's
+    shape) is True; the input's dtype is kept. Gradients flow to the input where the mask is
+    False (and to a tensor ``value`` where it is True).
+
+    >>> import tapegrad as tg
+    >>> tg.masked_fill(tg.zeros(3), tg.tensor([True, False, True]), 5.0).tolist()
+    [5.0, 0.0, 5.0]
+    """
+    x = as_tensor(input)
+    m = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"masked_fill: the mask must be bool, got {m.dtype}; compare first (x > 0)")
+    if np.broadcast_shapes(m.shape, x.shape) != x.shape:
+        raise ValueError(f"masked_fill: mask of shape {m.shape} does not broadcast to {x.shape}")
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got {value.shape}")
+        value = value.astype(x.dtype)
+    return E.where(as_tensor(m), value, x).astype(x.dtype)
+
+
+def topk(input: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+    """PyTorch's ``topk``: the ``k`` largest (or smallest) entries along ``dim`` as a
+    ``(values, indices)`` pair, largest first; the gradient reaches the values' positions.
+    Ties keep the earlier index first.
+
+    >>> import tapegrad as tg
+    >>> v, i = tg.topk(tg.tensor([1.0, 5.0, 3.0]), 2)
+    >>> v.tolist(), i.tolist()
+    ([5.0, 3.0], [1, 2])
+    """
+    x = as_tensor(input)
+    ax = check_axis(dim, max(x.ndim, 1), "topk")
+    n = x.shape[ax] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise IndexError(f"topk: k={k} is out of range for dimension {dim} of size {n}")
+    a = x._data if x.ndim else x._data.reshape(1)
+    key = -a if largest else a
+    if key.dtype.kind == "b":
+        key = key.astype(np.int8)
+    idx = np.take(np.argsort(key, axis=ax, kind="stable"), np.arange(k), axis=ax)
+    if x.ndim == 0:
+        return ValuesIndices(x, _wrap(np.zeros((), np.int64)))
+    return ValuesIndices(S.take_along_axis(x, idx, ax), _wrap(idx.astype(np.int64)))
+
+
+def repeat_interleave(input: Any, repeats: Any, dim: Any = None) -> Tensor:
+    """PyTorch's ``repeat_interleave`` (numpy's ``repeat``): each element ``repeats`` times.
+
+    >>> import tapegrad as tg
+    >>> tg.repeat_interleave(tg.tensor([1, 2]), 2).tolist()
+    [1, 1, 2, 2]
+    """
+    if isinstance(repeats, Tensor):
+        repeats = repeats._data
+        repeats = int(repeats) if repeats.ndim == 0 else repeats
+    return S.repeat(as_tensor(input), repeats, axis=dim)
+

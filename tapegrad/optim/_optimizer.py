@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from .. import _backend as B
 from .._autodiff import Gradients
 from .._backend import np
+from .._tensor import TAPE_LOOP as _LOOP
 from .._tensor import Tensor
 
 _NO_GRAD_CAUSES = (
@@ -169,17 +170,31 @@ class Optimizer:
         return view
 
     # -- step -----------------------------------------------------------------------------------
-    def step(self, grads: Any, allow_missing: bool = False) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Raises: gradients are values here, not state on the parameters, so there is nothing
+        to clear (PyTorch's ``optimizer.zero_grad()``); the error shows the loop to write."""
+        raise RuntimeError(
+            f"{type(self).__name__}.zero_grad(): tapegrad keeps no gradient on the parameters "
+            "(no .grad to clear): each step computes fresh gradients and passes them. Write\n"
+            + _LOOP
+        )
+
+    def step(self, grads: Any = None, allow_missing: bool = False) -> None:
         """Update every trainable parameter in place from ``grads`` (a ``tg.Gradients``).
 
         A trainable parameter without a gradient raises an error naming it and the reason the
         tape recorded, unless ``allow_missing=True`` (then it is skipped). Parameters with
         ``requires_grad=False`` are skipped.
         """
+        if grads is None:
+            raise TypeError(
+                f"{type(self).__name__}.step(): needs the gradients; tapegrad keeps them out of "
+                "the parameters (PyTorch's step() reads .grad). Write\n" + _LOOP
+            )
         if not hasattr(grads, "get"):
             raise TypeError(
                 f"{type(self).__name__}.step: expected the tg.Gradients from tape.gradient(...) "
-                f"(or a dict parameter -> gradient), got {type(grads).__name__}"
+                f"(or a dict parameter -> gradient), got {type(grads).__name__}. Write\n" + _LOOP
             )
         work = []
         missing = []

@@ -14,7 +14,7 @@ from .. import functional as F
 from .. import init
 from .._f_attention import attention, attention_qkv
 from .._module import Module
-from ._utils import new_param
+from ._utils import check_dtype, new_param
 from .linear import Linear
 
 
@@ -172,6 +172,7 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
+        check_dtype(self, query, self.out_proj.weight)
         batched = query.ndim == 3
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
             raise ValueError(

@@ -12,7 +12,7 @@ from .. import functional as F
 from .. import init
 from .._f_common import check_positive
 from .._module import Module
-from ._utils import new_param, ntuple
+from ._utils import check_dtype, new_param, ntuple
 
 # PyTorch's padding_mode names and numpy's pad modes
 _PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -120,6 +120,7 @@ class _ConvNd(Module):
         return pad(input, lead + widths, mode=_PAD_MODES[self.padding_mode]), 0
 
     def _check_input(self, input: Tensor) -> None:
+        check_dtype(self, input, self.weight)
         nd = self._nd
         if input.ndim not in (nd + 1, nd + 2) or input.shape[-nd - 1] != self.in_channels:
             raise ValueError(

@@ -9,7 +9,7 @@ from ..._tensor import Parameter, Tensor
 from .. import functional as F
 from .. import init
 from .._module import Module
-from ._utils import new_param
+from ._utils import check_dtype, new_param
 
 
 class Identity(Module):
@@ -73,6 +73,7 @@ class Linear(Module):
                 f"Linear(in_features={self.in_features}, out_features={self.out_features}): "
                 f"input has shape {input.shape}; its last dimension must be {self.in_features}"
             )
+        check_dtype(self, input, self.weight)
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
@@ -131,6 +132,8 @@ class Bilinear(Module):
                 f"have shapes {input1.shape} and {input2.shape}; their last dimensions must be "
                 f"{self.in1_features} and {self.in2_features}"
             )
+        check_dtype(self, input1, self.weight)
+        check_dtype(self, input2, self.weight)
         return F.bilinear(input1, input2, self.weight, self.bias)
 
     def extra_repr(self) -> str:

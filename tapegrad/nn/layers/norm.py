@@ -12,7 +12,7 @@ from .. import init
 from .._f_common import check_eps
 from .._f_norm import increment_
 from .._module import Module
-from ._utils import new_param
+from ._utils import check_dtype, new_param
 
 
 class _NormBase(Module):
@@ -103,6 +103,7 @@ class _BatchNorm(_NormBase):
                 f"{type(self).__name__}({self.num_features}): expected {want} input, got shape "
                 f"{input.shape}"
             )
+        check_dtype(self, input, self.weight)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.num_batches_tracked is not None:
             increment_(self.num_batches_tracked)
@@ -216,6 +217,7 @@ class LayerNorm(Module):
             init.zeros_(self.bias)
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input, self.weight)
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -277,6 +279,7 @@ class GroupNorm(Module):
             init.zeros_(self.bias)
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input, self.weight)
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -324,6 +327,7 @@ class RMSNorm(Module):
             init.ones_(self.weight)
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input, self.weight)
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:

@@ -13,7 +13,7 @@ from .. import init
 from .._f_activation import dropout as _dropout
 from .._f_common import float_input
 from .._module import Module
-from ._utils import new_param
+from ._utils import check_dtype, new_param
 
 
 def _init_uniform(module: Module, hidden_size: int) -> None:
@@ -111,6 +111,7 @@ class RNNBase(Module):
     def forward(self, input: Any, hx: Any = None) -> tuple[Tensor, Any]:
         name = type(self).__name__
         x = float_input(input, name)
+        check_dtype(self, x, getattr(self, "weight_ih_l0", None))
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             raise ValueError(
                 f"{name}(input_size={self.input_size}): input has shape {x.shape}; expected "
@@ -153,7 +154,7 @@ class RNNBase(Module):
                     self.mode, x, h0[k], c0[k] if c0 is not None else None,
                     self._weights(sfx), reverse=d == 1,
                 )  # fmt: skip
-                outs.append(S.stack(seq, axis=0))  # (T, B, H)
+                outs.append(seq)  # (T, B, H)
                 hs.append(h)
                 if c is not None:
                     cs.append(c)
@@ -282,6 +283,7 @@ class _CellBase(Module):
     def _prepare(self, input: Any, hx: Any) -> tuple[Tensor, Tensor, bool]:
         name = type(self).__name__
         x = float_input(input, name)
+        check_dtype(self, x, self.weight_ih)
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
             raise ValueError(
                 f"{name}(input_size={self.input_size}): input has shape {x.shape}; expected "

@@ -1,0 +1,301 @@
+"""Recurrent layers over a whole sequence in one compiled call each way (numba).
+
+A layer-direction's input projection ``gi = x W_ih^T + b_ih`` (T, B, G*H) is one GEMM outside;
+these kernels run the time loop: per step the hidden state's product with ``W_hh`` (numpy's
+OpenBLAS ``cblas_?gemm``, called from the loop through its address as ``bmm`` does, so no
+Python runs between steps), then every gate in one vectorised pass per row (sigmoid and tanh
+from one polynomial ``exp``, ``softmax.fexp``; calling libm's ``tanh`` per element was ten
+times slower). Forward writes the states and a workspace of what backward reads (the gate
+activations; LSTM also ``c`` and ``tanh(c)``); backward runs the steps in reverse with all
+gate gradients in one pass per step and one GEMM back through ``W_hh``. The weight gradients
+are GEMMs over the whole sequence, done by the caller (``nn/_f_rnn.py``), which also holds the
+numpy references these follow operation for operation. Imported only when numba is selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import np
+from . import NotReady, jit
+from .bmm import NO_TRANS, _address, call_gemm
+from .softmax import fexp
+
+
+def _gemm(dtype: Any) -> Any:
+    """numpy's OpenBLAS ``cblas_?gemm`` for ``dtype``, as an address; NotReady (the reference
+    runs) where numpy's OpenBLAS cannot be found."""
+    fn = _address(dtype)
+    if fn is None:
+        raise NotReady
+    return np.intp(fn)
+
+
+def _transposed(w_hh: Any) -> Any:
+    """``W_hh^T`` (H, G) in its own rows: OpenBLAS's product with a transposed operand was 1.7x
+    slower at (20, 200) @ (200, 800) (word_language_model's step), its copy costs one pass."""
+    return np.ascontiguousarray(w_hh.T)
+
+
+@jit(inline="always")
+def _ptr(a, offset):  # type: ignore[no-untyped-def]
+    return np.intp(a.ctypes.data) + offset * a.itemsize  # an element's address, as BLAS takes it
+
+
+# ----------------------------------------------------------------------------------- LSTM
+
+
+@jit(ieee=True)
+def _lstm_fwd(fn, one, gi, h0, c0, w_t, b, k, reverse, y, ws):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = gi.shape
+    n_h = n_g // 4
+    two = one + one
+    h = h0.copy()
+    c = c0.copy()
+    gates = np.empty((n_b, n_g), gi.dtype)
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        # gates = h @ w_hh^T
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_g, n_h, one, _ptr(h, 0), n_h,
+                  _ptr(w_t, 0), n_g, _ptr(gates, 0), n_g)
+        for n in range(n_b):
+            a, pre, x = ws[t, n], gates[n], gi[t, n]
+            # every gate in one vectorised loop: sigmoid where k = 1, tanh where k = 2
+            # (tanh(x) = 2 sigmoid(2x) - 1)
+            for j in range(n_g):
+                a[j] = k[j] / (one + fexp(-k[j] * (pre[j] + x[j] + b[j]))) - (k[j] - one)
+            cr, hr, yr = c[n], h[n], y[t, n]
+            for j in range(n_h):
+                cn = a[n_h + j] * cr[j] + a[j] * a[2 * n_h + j]  # f c + i g
+                tc = two / (one + fexp(-two * cn)) - one
+                a[4 * n_h + j] = cn
+                a[5 * n_h + j] = tc
+                cr[j] = cn
+                hr[j] = a[3 * n_h + j] * tc  # o tanh(c)
+                yr[j] = hr[j]
+    y[steps] = c
+
+
+@jit(ieee=True)
+def _lstm_bwd(fn, one, g, ws, c0, w_hh, reverse, dgates, dh0, dc0):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = dgates.shape
+    n_h = n_g // 4
+    dh = np.zeros_like(dh0)
+    dc = g[steps].copy()
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        first = s == steps - 1  # the step forward ran first: its c_{t-1} is c0
+        tp = t + 1 if reverse else t - 1
+        for n in range(n_b):
+            for j in range(n_h):
+                dhv = g[t, n, j] + dh[n, j]
+                i = ws[t, n, j]
+                f = ws[t, n, n_h + j]
+                gg = ws[t, n, 2 * n_h + j]
+                o = ws[t, n, 3 * n_h + j]
+                tc = ws[t, n, 5 * n_h + j]
+                cp = c0[n, j] if first else ws[tp, n, 4 * n_h + j]
+                dct = dc[n, j] + dhv * o * (one - tc * tc)
+                dgates[t, n, j] = dct * gg * (i * (one - i))
+                dgates[t, n, n_h + j] = dct * cp * (f * (one - f))
+                dgates[t, n, 2 * n_h + j] = dct * i * (one - gg * gg)
+                dgates[t, n, 3 * n_h + j] = dhv * tc * (o * (one - o))
+                dc[n, j] = dct * f
+        # dh = dgates[t] @ w_hh
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_g, one,
+                  _ptr(dgates, t * n_b * n_g), n_g,
+                  _ptr(w_hh, 0), n_h, _ptr(dh, 0), n_h)
+    dh0[:, :] = dh
+    dc0[:, :] = dc
+
+
+def lstm_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._lstm_seq``'s kernel: the states (T + 1, B, H) and the workspace."""
+    fn = _gemm(gi.dtype)
+    steps, n_b, n_g = gi.shape
+    n_h = n_g // 4
+    y = np.empty((steps + 1, n_b, n_h), gi.dtype)
+    ws = np.empty((steps, n_b, 6 * n_h), gi.dtype)
+    b = np.zeros(n_g, gi.dtype) if b_hh is None else b_hh
+    k = np.ones(n_g, gi.dtype)
+    k[2 * n_h : 3 * n_h] = 2
+    _lstm_fwd(fn, gi.dtype.type(1), gi, h0, c0, _transposed(w_hh), b, k, bool(reverse), y, ws)
+    return y, ws
+
+
+def lstm_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._lstm_seq_grad``'s kernel: the gates' gradient (T, B, 4H), dh0, dc0."""
+    fn = _gemm(g.dtype)
+    steps, n_b, _ = ws.shape
+    dgates = np.empty((steps, n_b, w_hh.shape[0]), g.dtype)
+    dh0, dc0 = np.empty_like(h0), np.empty_like(c0)
+    _lstm_bwd(fn, g.dtype.type(1), g, ws, c0, w_hh, bool(reverse), dgates, dh0, dc0)
+    return dgates, dh0, dc0
+
+
+# ------------------------------------------------------------------------------------ GRU
+
+
+@jit(ieee=True)
+def _gru_fwd(fn, one, gi, h0, w_t, b, reverse, y, ws):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = gi.shape
+    n_h = n_g // 3
+    two = one + one
+    h = h0.copy()
+    gh = np.empty((n_b, n_g), gi.dtype)
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        # gh = h @ w_hh^T
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_g, n_h, one, _ptr(h, 0), n_h,
+                  _ptr(w_t, 0), n_g, _ptr(gh, 0), n_g)
+        for n in range(n_b):
+            a, p, x, hr, yr = ws[t, n], gh[n], gi[t, n], h[n], y[t, n]
+            for j in range(2 * n_h):  # r, z
+                a[j] = one / (one + fexp(-(x[j] + (p[j] + b[j]))))
+            for j in range(n_h):
+                hn = p[2 * n_h + j] + b[2 * n_h + j]
+                nn = two / (one + fexp(-two * (a[j] * hn + x[2 * n_h + j]))) - one
+                a[2 * n_h + j] = nn
+                a[3 * n_h + j] = hn
+                hr[j] = (hr[j] - nn) * a[n_h + j] + nn  # (1 - z) n + z h
+                yr[j] = hr[j]
+
+
+@jit(ieee=True)
+def _gru_bwd(fn, one, g, y, ws, h0, w_hh, reverse, dgi, dgh, dh0):  # type: ignore[no-untyped-def]
+    steps, n_b, n_g = dgi.shape
+    n_h = n_g // 3
+    dh = np.zeros_like(dh0)
+    direct = np.empty_like(dh0)
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        tp = t + 1 if reverse else t - 1
+        for n in range(n_b):
+            hp = h0[n] if s == steps - 1 else y[tp, n]
+            a = ws[t, n]
+            for j in range(n_h):
+                dhv = g[t, n, j] + dh[n, j]
+                r = a[j]
+                z = a[n_h + j]
+                nn = a[2 * n_h + j]
+                dpn = dhv * (one - z) * (one - nn * nn)
+                dpr = dpn * a[3 * n_h + j] * (r * (one - r))
+                dpz = dhv * (hp[j] - nn) * (z * (one - z))
+                dgi[t, n, j] = dpr
+                dgi[t, n, n_h + j] = dpz
+                dgi[t, n, 2 * n_h + j] = dpn
+                dgh[t, n, j] = dpr
+                dgh[t, n, n_h + j] = dpz
+                dgh[t, n, 2 * n_h + j] = dpn * r
+                direct[n, j] = dhv * z
+        # dh = dgh[t] @ w_hh + dh' z
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_g, one, _ptr(dgh, t * n_b * n_g), n_g,
+                  _ptr(w_hh, 0), n_h, _ptr(dh, 0), n_h)
+        dh += direct
+    dh0[:, :] = dh
+
+
+def gru_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._gru_seq``'s kernel: the states (T, B, H) and the workspace."""
+    fn = _gemm(gi.dtype)
+    steps, n_b, n_g = gi.shape
+    y = np.empty((steps, n_b, n_g // 3), gi.dtype)
+    ws = np.empty((steps, n_b, 4 * (n_g // 3)), gi.dtype)
+    b = np.zeros(n_g, gi.dtype) if b_hh is None else b_hh
+    _gru_fwd(fn, gi.dtype.type(1), gi, h0, _transposed(w_hh), b, bool(reverse), y, ws)
+    return y, ws
+
+
+def gru_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._gru_seq_grad``'s kernel: the gradients of gi and of the hidden projection
+    (T, B, 3H), and dh0."""
+    fn = _gemm(g.dtype)
+    steps, n_b, _ = ws.shape
+    dgi = np.empty((steps, n_b, w_hh.shape[0]), g.dtype)
+    dgh = np.empty_like(dgi)
+    dh0 = np.empty_like(h0)
+    _gru_bwd(fn, g.dtype.type(1), g, y, ws, h0, w_hh, bool(reverse), dgi, dgh, dh0)
+    return dgi, dgh, dh0
+
+
+# ------------------------------------------------------------------------------------ RNN
+
+
+@jit(ieee=True)
+def _rnn_fwd(fn, one, gi, h0, w_t, b, relu, reverse, y):  # type: ignore[no-untyped-def]
+    steps, n_b, n_h = gi.shape
+    two = one + one
+    zero = one - one
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        tp = t + 1 if reverse else t - 1
+        src = _ptr(h0, 0) if s == 0 else _ptr(y, tp * n_b * n_h)
+        # y[t] = h @ w_hh^T
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_h, one, src, n_h,
+                  _ptr(w_t, 0), n_h, _ptr(y, t * n_b * n_h), n_h)
+        for n in range(n_b):
+            yr, x = y[t, n], gi[t, n]
+            if relu:
+                for j in range(n_h):
+                    v = yr[j] + x[j] + b[j]
+                    yr[j] = v if v > zero else zero
+            else:
+                for j in range(n_h):
+                    yr[j] = two / (one + fexp(-two * (yr[j] + x[j] + b[j]))) - one
+
+
+@jit(ieee=True)
+def _rnn_bwd(fn, one, g, y, w_hh, relu, reverse, dpre, dh0):  # type: ignore[no-untyped-def]
+    steps, n_b, n_h = dpre.shape
+    zero = one - one
+    dh = np.zeros_like(dh0)
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        for n in range(n_b):
+            d, hv, gr, dr = dpre[t, n], y[t, n], g[t, n], dh[n]
+            if relu:
+                for j in range(n_h):
+                    d[j] = gr[j] + dr[j] if hv[j] > zero else zero
+            else:
+                for j in range(n_h):
+                    d[j] = (gr[j] + dr[j]) * (one - hv[j] * hv[j])
+        # dh = dpre[t] @ w_hh
+        call_gemm(fn, NO_TRANS, NO_TRANS, n_b, n_h, n_h, one, _ptr(dpre, t * n_b * n_h), n_h,
+                  _ptr(w_hh, 0), n_h, _ptr(dh, 0), n_h)
+    dh0[:, :] = dh
+
+
+def _rnn_seq(gi: Any, h0: Any, w_hh: Any, b_hh: Any, reverse: bool, relu: bool) -> Any:
+    fn = _gemm(gi.dtype)
+    y = np.empty(gi.shape, gi.dtype)
+    b = np.zeros(gi.shape[-1], gi.dtype) if b_hh is None else b_hh
+    _rnn_fwd(fn, gi.dtype.type(1), gi, h0, _transposed(w_hh), b, relu, bool(reverse), y)
+    return y, None
+
+
+def _rnn_seq_grad(g: Any, y: Any, h0: Any, w_hh: Any, reverse: bool, relu: bool) -> Any:
+    fn = _gemm(g.dtype)
+    dpre = np.empty(y.shape, g.dtype)
+    dh0 = np.empty_like(h0)
+    _rnn_bwd(fn, g.dtype.type(1), g, y, w_hh, relu, bool(reverse), dpre, dh0)
+    return dpre, dh0
+
+
+def rnn_tanh_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._rnn_tanh_seq``'s kernel: the states (T, B, H), no workspace."""
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, False)
+
+
+def rnn_relu_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
+    """``nn/_f_rnn._rnn_relu_seq``'s kernel."""
+    return _rnn_seq(gi, h0, w_hh, b_hh, reverse, True)
+
+
+def rnn_tanh_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """The pre-activations' gradient (T, B, H) and dh0."""
+    return _rnn_seq_grad(g, y, h0, w_hh, reverse, False)
+
+
+def rnn_relu_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
+    """The pre-activations' gradient (T, B, H) and dh0."""
+    return _rnn_seq_grad(g, y, h0, w_hh, reverse, True)
