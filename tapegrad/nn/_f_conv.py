@@ -320,7 +320,21 @@ def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> lis
                    GEMM_ROWS)
 
 
+def _compiled(strategies: Any, reference: Any, *args: Any) -> Any:
+    """``strategies(*args)``: the compiled path this convolution takes, or None; the numpy
+    ``reference(*args)`` when none fits or while the one that fits is compiling (NotReady)."""
+    try:
+        out = strategies(*args)
+    except K.NotReady:
+        out = None
+    return reference(*args) if out is None else out
+
+
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
+    return _compiled(_conv2d_kernels, _conv2d_ref, x, w, b, geom, groups)
+
+
+def _conv2d_kernels(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
@@ -336,6 +350,10 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     pm = _pixel_major(geom, groups, w.shape, x, w, b)
     if pm is not None:
         return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
+    return None
+
+
+def _conv2d_ref(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -370,6 +388,10 @@ def _pack(g: Any, groups: int) -> Any:
 
 def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
+    return _compiled(_input_grad_kernels, _input_grad_ref, g, w, geom, groups)
+
+
+def _input_grad_kernels(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, g, w)
     if direct is not None:
         return direct.direct_input_grad(g, w, geom, groups)
@@ -385,6 +407,10 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     pm = _pixel_major(geom, groups, w.shape, g, w)
     if pm is not None:
         return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
+    return None
+
+
+def _input_grad_ref(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -397,6 +423,11 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
+    return _compiled(_weight_grad_kernels, _weight_grad_ref, g, x, geom, groups, wshape)
+
+
+def _weight_grad_kernels(g: Any, x: Any, geom: Geom, groups: int,
+                         wshape: tuple[int, ...]) -> Any:
     direct = _direct(geom, groups, wshape, g, x)
     if direct is not None:
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
@@ -412,6 +443,10 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     pm = _pixel_major(geom, groups, wshape, g, x)
     if pm is not None:
         return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
+    return None
+
+
+def _weight_grad_ref(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
