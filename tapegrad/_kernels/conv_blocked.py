@@ -529,7 +529,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
     group's ``V = B^T d B`` ((C, tg) per position) and ``dM = A dY A^T`` (the adjoint of the
     output transform, (tg, O) per position) are formed for those rows only, then summed in
     blocks of ``pc`` input x ``ob`` output channels (a block's channels ``tg`` apart, a
-    literal offset); C a multiple of ``pc``. The two-thread twin gives each thread two rows:
+    literal offset); C a multiple of ``pc``. The parallel twin gives each thread a chunk of the rows:
     disjoint sums, no transform done twice."""
     out = [
         "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1):",
@@ -898,7 +898,7 @@ _CALLS = {"fwds": "fwd", "tgrads": "tgrad", "tgradcs": "tgradc", "wgrads": "wgra
 def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
     """Kernel ``name`` (a key of ``_ARGS``) compiled for ``dtype`` (on first use, each dtype
     apart: float64 is for tests and checks, and each compile takes seconds); with
-    ``parallel``, its two-thread twin (which compiles the serial kernel first)."""
+    ``parallel``, its parallel twin (which compiles the serial kernel first)."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
@@ -928,8 +928,8 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
     return _KERNELS[key]
 
 
-# Multiply-adds from which a kernel call runs on two threads (when numpy's BLAS and the kernels
-# share numba's pool, threads.active()): about 50 us of one core's work.
+# Multiply-adds from which a kernel call runs on numba's threads (when numpy's BLAS and the
+# kernels share numba's pool, threads.active()): about 50 us of one core's work.
 PARALLEL_MIN = 1 << 22
 
 
@@ -949,7 +949,7 @@ def _chunks(n: int, parallel: bool) -> int:
 
 
 def _pick(name: str, dtype: Any, macs: int) -> Any:
-    """The serial kernel, or its two-thread twin when the call runs on two threads."""
+    """The serial kernel, or its parallel twin when the call runs on numba's threads."""
     return _kernel(name, dtype, parallel=_on_two(macs))
 
 
@@ -1043,7 +1043,7 @@ def _pad_k(a, out, top, left, p0, p1):  # type: ignore[no-untyped-def]
 def input_grad(g: Any, w: Any, geom: Any) -> Any:
     """The input gradient of ``conv`` (any stride): ``tgrad`` on ``g`` a sample at a time, each
     placed in zeros that every window reaches, channel-first when ``channel_first`` holds, else
-    copied channels-last (a single sample: its rows on the two threads)."""
+    copied channels-last (a single sample: its rows in chunks on numba's threads)."""
     o, c, kh, kw = w.shape
     (sh, sw), (dh, dw) = geom.stride, geom.dilation
     n, _, h, wd = geom.in_shape
@@ -1079,7 +1079,7 @@ def input_grad(g: Any, w: Any, geom: Any) -> Any:
 def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
     """conv2d of (N, C, H, W) ``x`` by (O, C, kh, kw) ``w`` (+ ``b``): in one call on ``x`` as
     it is when ``channel_first`` holds, else a sample at a time on channels-last copies (a
-    single sample: its rows on the two threads)."""
+    single sample: its rows in chunks on numba's threads)."""
     n, c = x.shape[:2]
     o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
@@ -1124,8 +1124,9 @@ def _reach(size: int, out: int, k: int, s: int, d: int, pad: int) -> tuple[int, 
 
 def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
     """The weight gradient of ``conv`` in (kh, kw, C, O) order, a sample at a time: the output
-    gradient copied channels-last, the input too unless ``channel_first`` holds. On two threads
-    each sums half the samples (a single sample: half the blocks of the sums)."""
+    gradient copied channels-last, the input too unless ``channel_first`` holds. In parallel
+    each thread sums a chunk of the samples into sums of its own (a single sample: a chunk of
+    the blocks of the sums)."""
     n, c = x.shape[:2]
     o, _, kh, kw = wshape
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
