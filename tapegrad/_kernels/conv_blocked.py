@@ -921,8 +921,10 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
                 if callee is not None:  # resolved by its global name when this one compiles
                     setattr(mod, callee, called)
                 fn = getattr(getattr(mod, key[0]), "py_func", getattr(mod, key[0]))
-                _KERNELS[key] = _aside(
-                    jit(parallel=parallel, fastmath={"contract"}, signatures=[sig]), fn)
+                # made again by this call in the compiler process (runtime.jit's recipe)
+                recipe = ("", f"{__name__}:_kernel", (name, key[1], parallel))
+                _KERNELS[key] = _aside(jit(parallel=parallel, fastmath={"contract"},
+                                           signatures=[sig], recipe=recipe), fn)
             finally:
                 cfg.SLP_VECTORIZE = old
     return _KERNELS[key]
