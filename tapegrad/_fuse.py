@@ -38,6 +38,8 @@ from typing import Any
 
 from . import _kernels
 from ._backend import np
+from ._kernels.registry import dispatch
+from ._kernels.table import flat_floats
 
 __all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
 
@@ -689,7 +691,7 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
 # -- optimizer updates --------------------------------------------------------------------------
 # SGD's per-parameter arithmetic, written as its numpy code does it (same order, scalars cast to
 # the parameter's dtype as numpy casts a Python number), one loop per parameter; Adam's is the
-# eager optimizer's own compiled loop (_kernels/optim.py).
+# eager optimizer's own update, which dispatches to its compiled loop (_kernels/optim.py).
 _SGD_LOOP = """import numpy as np
 T = np.{dtype}
 U = np.uint64
@@ -740,11 +742,9 @@ def _loops_made() -> bool:
 
     kinds = {SGD: True, Adam: False, AdamW: False}
     try:
-        from ._kernels import optim as kernel  # noqa: PLC0415
-
         for k, is_sgd in kinds.items():
             _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd
-                         else kernel.adam for d in ("float32", "float64")}
+                         else _ADAM for d in ("float32", "float64")}
     except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
         _KINDS[None] = False  # no loops: every optimizer keeps update_one
         warnings.warn(
@@ -806,13 +806,16 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
             if mom:
                 flags |= 20 if group["nesterov"] else 4  # momentum (4), Nesterov (16)
                 if buf is None:  # the first step seeds the buffer with the gradient (8)
-                    buf = st["momentum_buffer"] = np.empty_like(a)
-                    seen[0] = (a, buf)
                     flags |= 8
-            loop(a, g, a if buf is None else buf, lr, wd, mom, group["dampening"], flags)
+            new = np.empty_like(a) if flags & 8 else None
+            bf = new if new is not None else (a if buf is None else buf)
+            loop(a, g, bf, lr, wd, mom, group["dampening"], flags)
+            if new is not None:  # kept once the loop has run (it may not start: NotReady)
+                st["momentum_buffer"] = new
+                seen[0] = (a, new)
         else:
             st["step"] += 1
-            loop(a, g, *arrays[1:], group, st["step"])
+            dispatch("adam", opt.numpy_step, a, g, st, group)
         p._version += 1
 
     return fwd
@@ -820,14 +823,19 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
 
 def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
     """Whether a loop can update the parameter ``arrays[0]`` from ``g`` and its state: numpy
-    float arrays of one shape and dtype, all C-contiguous (``_kernels.optim.fits``)."""
-    from ._kernels import optim as kernel  # noqa: PLC0415
+    float arrays of one shape and dtype, all C-contiguous (``_kernels.table.flat_floats``);
+    Adam's update always dispatches (its own layout check is the kernel's fits)."""
     from .optim._sgd import CHUNK  # noqa: PLC0415
 
     a = arrays[0]
-    if sgd and a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
+    if not sgd:
+        return True
+    if a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
         return False
-    return kernel.fits(a, g, *(x for x in arrays[1:] if x is not None))
+    return flat_floats(a, g, *(x for x in arrays[1:] if x is not None))
+
+
+_ADAM = "adam"  # Adam's and AdamW's "loop": their update, dispatched (see ``update``)
 
 
 _LOOPS: dict[Any, dict[Any, Any]] = {}

@@ -18,6 +18,7 @@ import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad import _kernels, nn
 from tapegrad._autodiff import ARRAYS
+from tapegrad._kernels import table
 from tapegrad.nn import _f_attention as A
 from tapegrad.nn import _f_norm as N
 from tapegrad.ops import _elementwise as E
@@ -251,13 +252,12 @@ HEAD_SHAPES = [(3, 2, 10, 16), (1, 1, 1, 8), (2, 4, 24, 8), (2, 3, 7, 64), (5, 4
 @pytest.mark.parametrize("mask", [None, "padding", "causal", "float", "column"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_small_head_kernels_equal_the_numpy_reference(monkeypatch, shape, mask, dtype):
-    from tapegrad._kernels import attention_heads
 
     b, h, n_l, d = shape
     rng = np.random.default_rng(sum(shape) + 7)
     qkv = rng.standard_normal((b, n_l, 3, h, d)).astype(dtype)
     m = _mask(rng, mask, b, h, n_l, n_l, dtype)
-    assert A._heads_kernel(qkv, m) is attention_heads  # the shapes the kernels take
+    assert table.heads_fits(qkv, m)  # the shapes the kernels take
     out = A._attn_qkv_fwd(qkv, m, 0.37)
     ref = _reference(monkeypatch, A._attn_qkv_fwd, qkv, m, 0.37)
     _close(out, ref, dtype)
@@ -314,12 +314,12 @@ def test_small_head_kernels_on_two_threads_equal_one_thread_bit_for_bit(monkeypa
 @numba_only
 def test_small_head_kernels_leave_other_shapes_to_the_batched_path():
     f32 = np.float32
-    assert A._heads_kernel(np.ones((2, 25, 3, 2, 16), f32), None) is None  # sequence too long
-    assert A._heads_kernel(np.ones((2, 10, 3, 2, 12), f32), None) is None  # width not 8k
-    assert A._heads_kernel(np.ones((2, 10, 3, 2, 72), f32), None) is None  # too wide
+    assert not table.heads_fits(np.ones((2, 25, 3, 2, 16), f32), None)  # sequence too long
+    assert not table.heads_fits(np.ones((2, 10, 3, 2, 12), f32), None)  # width not 8k
+    assert not table.heads_fits(np.ones((2, 10, 3, 2, 72), f32), None)  # too wide
     x = np.ones((2, 3, 10, 2, 16), f32).transpose(0, 2, 1, 3, 4)
-    assert A._heads_kernel(x, None) is None  # not C-contiguous
-    assert A._heads_kernel(np.ones((2, 10, 3, 2, 16), f32), np.ones((2, 1, 1, 10))) is None
+    assert not table.heads_fits(x, None)  # not C-contiguous
+    assert not table.heads_fits(np.ones((2, 10, 3, 2, 16), f32), np.ones((2, 1, 1, 10)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def _conv_case(rng, shape, o, k, s, pad, d, dtype):
 @numba_only
 @pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), BLOCKED_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("parallel", [False, True])  # the two-thread twins, on every call
+@pytest.mark.parametrize("parallel", [False, True])  # the parallel twins, on every call
 def test_blocked_conv_kernels_equal_the_numpy_reference(
     monkeypatch, shape, o, k, s, pad, d, dtype, parallel
 ):
@@ -287,6 +287,37 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
     input_grad = c % 16 == 0
     assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(5, 16, 12, 12), (1, 16, 12, 12)])  # by samples, by rows
+def test_blocked_twins_give_the_serial_result_at_every_thread_count(monkeypatch, shape):
+    """The parallel twins split their rows or samples into one chunk per numba thread: forward
+    and input gradient equal one thread's bit for bit, the weight gradient (the chunks' sums
+    added) to rounding."""
+    import numba  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked, threads  # noqa: PLC0415
+
+    if not threads.active() or numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip(f"kernels serial here: {threads.describe()}")
+    monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)
+    geom, x, w, g = _conv_case(np.random.default_rng(3), shape, 32, (4, 4), (2, 2),
+                               ((1, 1), (1, 1)), (1, 1), np.float32)
+    old = numba.get_num_threads()
+    outs = {}
+    try:
+        for t in sorted({1, 2, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(t)
+            outs[t] = (conv_blocked.conv(x, w, None, geom), conv_blocked.input_grad(g, w, geom),
+                       conv_blocked.weight_grad(g, x, geom, w.shape))
+    finally:
+        numba.set_num_threads(old)
+    one = outs.pop(1)
+    for t, (y, dx, dw) in outs.items():
+        np.testing.assert_array_equal(y, one[0], err_msg=f"forward at {t} threads")
+        np.testing.assert_array_equal(dx, one[1], err_msg=f"input gradient at {t} threads")
+        np.testing.assert_allclose(dw, one[2], rtol=1e-5, atol=1e-4 * np.abs(one[2]).max())
 
 
 @numba_only

@@ -71,3 +71,8 @@ def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
     out = np.empty_like(g)
     run(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g, y, out, g.dtype.type(slope))
     return out
+
+
+def leaky_relu_grad_op(xp: Any, g: Any, y: Any, slope: float) -> Any:
+    """``leaky_relu_grad`` with the arguments of its reference (``ops._elementwise``)."""
+    return leaky_relu_grad(g, y, slope)

@@ -148,3 +148,10 @@ def score_grad_rows(p: Any, dp: Any, g: Any, out: Any, scale: float, dmask: Any)
         _score_grad_rows_par(p, dp, g, out, sc, dmask)
     else:
         _score_grad_rows(p, dp, g, out, sc, dmask, 0, p.shape[0] * p.shape[1])
+
+
+def softmax_rows_op(s: Any, mask: Any, scale: float) -> Any:
+    """``softmax_rows`` with the arguments of its reference (``nn._f_attention``): ``s``
+    turned into probabilities in place, and returned."""
+    softmax_rows(s, mask, scale)
+    return s

@@ -343,3 +343,16 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
         else:
             _bwd_blocks(*args, 0, n_b * n_h)
     return dx
+
+
+# entries with the arguments of their references (nn/_f_attention.py)
+def forward_op(x: Any, mask: Any, scale: float, keep: Any) -> Any:
+    return forward(x, mask, scale)  # backward recomputes: nothing is kept
+
+
+def backward_op(
+    xp: Any, g: Any, out: Any, x: Any, mask: Any, scale: float, needs: Any, keep: Any
+) -> tuple[Any, Any]:
+    n_b, n_l, _, n_h, _ = x.shape
+    dmask = np.empty((n_b, n_h, n_l, n_l), x.dtype) if needs[1] else None
+    return backward(x, g, out, mask, scale, dmask), dmask

@@ -321,3 +321,21 @@ def channel_stats(x: Any) -> Any:
     else:
         _all_stats(x3, stats, 0, c)
     return stats
+
+
+# entries with the arguments of their references (nn/_f_norm.py)
+def batch_norm_y(x: Any, w: Any, b: Any, eps: float) -> Any:
+    return batch_norm(x, w, b, eps)[0]
+
+
+def batch_norm_grad_op(
+    xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    gx, gw, gb = batch_norm_grad(g, x, w, eps, bool(needs[0]))
+    return gx, (gw if needs[1] else None), (gb if needs[2] else None)
+
+
+def channel_mean_var(x: Any) -> tuple[Any, Any]:
+    """Per-channel mean and biased variance (float64) of ``x`` (N, C, ...)."""
+    st = channel_stats(x)
+    return st[0], st[1]

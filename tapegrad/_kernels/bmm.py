@@ -142,3 +142,17 @@ def bmm(a: Any, b: Any, out: Any) -> bool:
          np.int64(m), np.int64(n), np.int64(k), np.int64(oa[1]), np.int64(ob[1]), np.int64(ldc),
          a.dtype.type(1))
     return True
+
+
+from . import threads  # noqa: E402 - the entry below; threads needs nothing from this module
+
+
+def batched_matmul(a: Any, b: Any, out: Any) -> Any:
+    """``a @ b`` (into ``out`` when given): the (B x H) small products on the kernels' threads
+    when two threads are worth it and ``bmm`` takes them, else numpy's matmul (the
+    reference's arithmetic)."""
+    if threads.worth(a.shape[0] * a.shape[1], 2):
+        o = np.empty(a.shape[:-1] + b.shape[-1:], a.dtype) if out is None else out
+        if bmm(a, b, o):
+            return o
+    return np.matmul(a, b, out=out)

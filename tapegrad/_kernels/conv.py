@@ -217,3 +217,8 @@ def channel_sum(g: Any) -> Any:
     else:
         _channel_sum(g3, out, 0, o)
     return out.astype(g.dtype)
+
+
+def pack_groups(g: Any, groups: int) -> Any:
+    """``pack`` as (G, O/G, n * Ho * Wo), the GEMM layout (the reference's arguments)."""
+    return pack(g).reshape(groups, g.shape[1] // groups, -1)

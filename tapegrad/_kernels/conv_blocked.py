@@ -19,20 +19,23 @@ with one scalar per sum, generated from a template for the machine's vector widt
 without it the same code ran scalar, 7-12 GFLOP/s), which packs each pixel's ``OB`` sums into
 vector registers: 96-115 GFLOP/s on one core of the AVX-512 machine, its peak. The generated
 module is written into the kernel cache folder once and imported from there, so numba caches
-its machine code like any other kernel's (compiling one dtype's three kernels takes about 20
-s; float64 compiles only when used).
+its machine code like any other kernel's (float64 compiles only when used). Written out, a
+kernel is thousands of statements, and numba's front end (SSA, type inference, lowering) takes
+most of its compile time in proportion to them: 5-20 s a kernel (docs/design.md, "Compile
+budget"; ``tests/test_compile_budget.py`` holds them to a budget).
 
-Each kernel has a two-thread twin (``*_par``: its rows, or weight-gradient blocks, in two
-halves on numba's threads, exactly the serial result), used from ``PARALLEL_MIN`` multiply-adds
-when numpy's BLAS shares numba's pool (``threads.active()``): alone the twins ran 2x faster,
-but beside OpenBLAS's own threads, which spin on the second core for about 0.1 s after each
-GEMM, a step ran 1.9-2.1x slower (docs/design.md).
+Each kernel has a parallel twin (``*_par``: its rows, or weight-gradient blocks, in one
+contiguous chunk per numba thread, exactly the serial result at any thread count), used from
+``PARALLEL_MIN`` multiply-adds when numpy's BLAS shares numba's pool (``threads.active()``):
+alone the twins ran 2x faster on two threads, but beside OpenBLAS's own threads, which spin on
+the second core for about 0.1 s after each GEMM, a step ran 1.9-2.1x slower (docs/design.md).
 
 The passes that read channels-last copies (padded layers, strided rows, narrow inputs) run a
 sample at a time inside one compiled call (``fwds``, ``tgrads``, ``wgrads`` and the
 channel-first ``tgradcs``, ``wgradcs``): a sample is copied into a one-sample buffer and at once
-run through its kernel, while the copy is in cache; on two threads each takes half the batch
-with a buffer of its own (the weight gradient its own sums too, added at the end). Against the
+run through its kernel, while the copy is in cache; in parallel each thread takes a contiguous
+chunk of the batch with a buffer of its own (the weight gradient its own sums too, added at the
+end, in chunk order). Against the
 earlier chunks of the batch (copies within half the columns' budget, each chunk's copy and
 kernel a call on the two threads), DCGAN's layers at batch 64, forward / input gradient /
 weight gradient, ms: 3 -> 16 at 64x64 1.41 / - / 1.97 -> 0.83 / - / 0.83 (PyTorch 0.62 /
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -94,9 +98,9 @@ def _step(k: int, ob: int, ind: str, wc: str, x: str, per: int = 0) -> list[str]
 
 def _store(k: int, ob: int, ind: str, dst: str, value: str = "a{i}_{j}") -> list[str]:
     """The ``k`` x ``ob`` sums (``value``) written to ``dst`` (both formatted with pixel ``i``,
-    channel ``j``)."""
-    return [ind + "; ".join(f"{dst.format(i=i, j=j)} = {value.format(i=i, j=j)}" for j in range(ob))
-            for i in range(k)]
+    channel ``j``; ``dst`` also with their offset ``o`` = i * ob + j in a block's scratch)."""
+    return [ind + "; ".join(f"{dst.format(i=i, j=j, o=i * ob + j)} = {value.format(i=i, j=j)}"
+                            for j in range(ob)) for i in range(k)]
 
 
 def _blocks(p: int, count: str, at: str, block: Any, ind: int) -> list[str]:
@@ -122,7 +126,7 @@ def _through(k: int, ob: int, ind: str, dst: str, row: str, step: str, bias: str
     ``base + j * row``, pixel ``i`` at ``+ i * step``), plus ``bias`` (formatted with ``j``),
     through a block of scratch in the sums' layout: stored straight to the output, LLVM
     vectorized the block along its pixels instead (gathering the inputs: 2.5x slower)."""
-    lines = _store(k, ob, ind, f"tmp[U({{i}} * {ob} + {{j}})]")
+    lines = _store(k, ob, ind, "tmp[U({o})]")
     return lines + [
         ind + f"for jt in range({ob}):",
         ind + "    bj = " + bias.format(j="jt"),
@@ -397,39 +401,21 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
             i2 + "for j in range(U(hi), U(jb)):",
             i3 + "; ".join(f"eb[U({a}) * ewp + j] = z" for a in range(4))]
 
-    def sums(k: int, ind: str) -> list[str]:  # k columns' rows combined, at literal offsets
-        # every load before the stores: numba's arrays carry no aliasing information, so
-        # the vectorizer may not move a load past a store into eb
-        lines = [ind + "jj = U(lo + j)"]
-        lines += [ind + "; ".join(f"d{r}_{m} = src{r}[b{r} + jj + U({m})]" for m in range(k))
-                  for r in range(4)]
-        for a in range(4):
-            lines.append(ind + "; ".join(
-                f"eb[U({a}) * ewp + jj + U({m})] = "
-                + comb[a].format(*(f"d{r}_{m}" for r in range(4))) for m in range(k)))
-        return lines
-
-    out += [i2 + "nj = hi - lo", i2 + "j = 0", i2 + "while j < nj:"]
-    out += _blocks(16, "nj", "j", sums, len(i3))
-    out += [i2 + base]
-
-    def tiles(k: int, ind: str) -> list[str]:  # k tiles' columns combined
-        lines = [ind + "jj = U(ja + 2 * q)"]
-        for a in range(4):
-            ind2 = ind
-            if rows:
-                lines.append(ind + f"if a0 <= {a} < a1:")
-                ind2 = ind + "    "
-            lines.append(ind2 + "; ".join(f"e{m} = eb[U({a}) * ewp + jj + U({m})]"
-                                          for m in range(2 * k + 2)))
-            for b in range(4):
-                lines.append(ind2 + "; ".join(
-                    dst.format(a=a, b=b, k=kk) + " = "
-                    + comb[b].format(*(f"e{2 * kk + m}" for m in range(4))) for kk in range(k)))
-        return lines
-
-    out += [i2 + "q = 0", i2 + "while q < ns:"]
-    out += _blocks(8, "ns", "q", tiles, len(i3))
+    # one column (then one tile) an iteration: unrolled in blocks of 16 columns and 8 tiles the
+    # transform ran no faster, and made two thirds of the Winograd kernels' code
+    out += [i2 + "for jj in range(U(lo), U(hi)):"]
+    out += [i3 + f"d{r} = src{r}[b{r} + jj]" for r in range(4)]
+    out += [i3 + f"eb[U({a}) * ewp + jj] = " + comb[a].format("d0", "d1", "d2", "d3")
+            for a in range(4)]
+    out += [i2 + base, i2 + "for q in range(ns):", i3 + "jj = U(ja + 2 * q)"]
+    for a in range(4):
+        ind = i3
+        if rows:
+            out.append(i3 + f"if a0 <= {a} < a1:")
+            ind = i3 + "    "
+        out.append(ind + "; ".join(f"e{m} = eb[U({a}) * ewp + jj + U({m})]" for m in range(4)))
+        out += [ind + dst.format(a=a, b=b, k=0) + " = " + comb[b].format("e0", "e1", "e2", "e3")
+                for b in range(4)]
     out.append(i1 + "t += ns")
     return out
 
@@ -488,7 +474,7 @@ def _wfwd_source(p: int, ob: int) -> str:
         lines += [ind + "vb = U(p) * vp + U(it)", ind + "for c in range(cu):"]
         lines += _step(k, ob, ind + "    ", "wc = wb + c * ou", "v[vb + c * tu + U({i})]")
         lines.append(ind + f"mb = U(p) * mp + U(it * {ob})")
-        return lines + _store(k, ob, ind, f"mm[mb + U({{i}} * {ob} + {{j}})]")
+        return lines + _store(k, ob, ind, "mm[mb + U({o})]")
 
     out += _blocks(p, "nt", "it", block, 20)
     out += [
@@ -543,7 +529,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
     group's ``V = B^T d B`` ((C, tg) per position) and ``dM = A dY A^T`` (the adjoint of the
     output transform, (tg, O) per position) are formed for those rows only, then summed in
     blocks of ``pc`` input x ``ob`` output channels (a block's channels ``tg`` apart, a
-    literal offset); C a multiple of ``pc``. The two-thread twin gives each thread two rows:
+    literal offset); C a multiple of ``pc``. The parallel twin gives each thread a chunk of the rows:
     disjoint sums, no transform done twice."""
     out = [
         "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1):",
@@ -631,77 +617,98 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
 
 
 def _source(p: int, pc: int, ob: int) -> str:
-    head = (
-        '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
-        "import numpy as np\n"
-        "U = np.uint64\n\n\n"
-    )
-    return head + "\n\n".join(
+    body = "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
          _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
          _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE, _SAMPLE_SOURCE)
     )
+    # U(<literal>) as a module constant, typed once: numba types every call of U on its own
+    # (the calls were a third of the kernels' typing, and compile time follows its length)
+    lits = sorted({int(m) for m in re.findall(r"\bU\((\d+)\)", body)})
+    body = re.sub(r"\bU\((\d+)\)", r"U\1", body)
+    head = (
+        '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
+        "import numpy as np\n"
+        "U = np.uint64\n" + "".join(f"U{n} = U({n})\n" for n in lits) + "\n\n"
+    )
+    return head + body
 
 
-# Each kernel's parallel twin: its range of rows (or weight-gradient blocks) in two halves, one
-# on each of numba's threads (``prange``); the halves write disjoint parts of the output.
+# Each kernel's parallel twin: its range of rows (or weight-gradient blocks) in as many
+# contiguous chunks as numba has threads, one chunk a ``prange`` iteration; the chunks write
+# disjoint parts of the output, so the result is the serial kernel's at any thread count.
 _PAR_SOURCE = """from numba import prange
+from tapegrad._kernels.chunks import bounds, num_threads
 
 
 def fwd_par(xt, wk, b, y, sh, sw, dh, dw, r0, r1):
-    h = (r1 - r0) // 2
-    for i in prange(2):
-        fwd(xt, wk, b, y, sh, sw, dh, dw, r0 + i * h, r1 if i else r0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(r1 - r0, k, i, 1)
+        fwd(xt, wk, b, y, sh, sw, dh, dw, r0 + lo, r0 + hi)
 
 
 def wgrad_par(xt, gt, dwk, sh, sw, dh, dw, t0, t1):
-    h = (t1 - t0) // 2
-    for i in prange(2):
-        wgrad(xt, gt, dwk, sh, sw, dh, dw, t0 + i * h, t1 if i else t0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(t1 - t0, k, i, 1)
+        wgrad(xt, gt, dwk, sh, sw, dh, dw, t0 + lo, t0 + hi)
 
 
 def tgrad_par(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):
-    h = (r1 - r0) // 2
-    for i in prange(2):
-        tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + i * h, r1 if i else r0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(r1 - r0, k, i, 1)
+        tgrad(gt, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + lo,
+              r0 + hi)
 
 
 def fwdc_par(x, wk, b, y, sh, sw, dh, dw, r0, r1):
-    h = (r1 - r0) // 2
-    for i in prange(2):
-        fwdc(x, wk, b, y, sh, sw, dh, dw, r0 + i * h, r1 if i else r0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(r1 - r0, k, i, 1)
+        fwdc(x, wk, b, y, sh, sw, dh, dw, r0 + lo, r0 + hi)
 
 
 def wgradc_par(x, gt, dwk, sh, sw, dh, dw, t0, t1):
-    h = (t1 - t0) // 2
-    for i in prange(2):
-        wgradc(x, gt, dwk, sh, sw, dh, dw, t0 + i * h, t1 if i else t0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(t1 - t0, k, i, 1)
+        wgradc(x, gt, dwk, sh, sw, dh, dw, t0 + lo, t0 + hi)
 
 
 def tgradc_par(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0, r1):
-    h = (r1 - r0) // 2
-    for i in prange(2):
-        tgradc(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + i * h, r1 if i else r0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(r1 - r0, k, i, 1)
+        tgradc(g, wk, xg, sh, sw, dh, dw, pt, pl, ot, ol, r0 + lo,
+               r0 + hi)
 
 
 def wfwd_par(x, u, b, y, pt, pl, tg, g0, g1):
-    h = (g1 - g0) // 2
-    for i in prange(2):
-        wfwd(x, u, b, y, pt, pl, tg, g0 + i * h, g1 if i else g0 + h)
+    k = num_threads()
+    for i in prange(k):
+        lo, hi = bounds(g1 - g0, k, i, 1)
+        wfwd(x, u, b, y, pt, pl, tg, g0 + lo, g0 + hi)
 
 
 def wgradw_par(x, g, du, pt, pl, a0, a1, g0, g1):
-    for i in prange(2):  # rows 0, 1 and 2, 3 of the transform (a0, a1 as given are not used)
-        wgradw(x, g, du, pt, pl, 2 * i, 2 * i + 2, g0, g1)
+    k = min(num_threads(), 4)
+    for i in prange(k):  # the transform's 4 rows in k chunks (a0, a1 as given are not used)
+        lo, hi = bounds(4, k, i, 1)
+        wgradw(x, g, du, pt, pl, lo, hi, g0, g1)
 """
 
 # The passes on channels-last copies, a sample at a time: samples n0 .. n1, each copied into a
 # one-sample buffer (xt, gt: (1, ...) channels-last, or gp: (1, O, Hg, Wg) zeros around the
 # output gradient's place) and at once run through its kernel while the copy is in cache. Their
-# twins give each thread half the samples and its own buffer (the first axis of xt, gt, gp: 2);
-# the weight gradient's also its own sums (dwk (2 * kh, ...): the first thread's in its first
-# kh rows), added by the caller.
+# twins split the samples into as many contiguous chunks as the buffers' first axis holds
+# (``_chunks``), each chunk on a thread with its buffer; the weight gradient's also with its
+# own sums (dwk (k * kh, ...): chunk i's in rows i * kh .. (i + 1) * kh), added by the caller.
+# The integer arguments are int64 variables, never literals: numba compiles a callee afresh
+# for each literal value it is called with.
 _SAMPLE_SOURCE = """from numba import prange
+from tapegrad._kernels.chunks import bounds
 from tapegrad._kernels.conv_blocked import _pad_k
 from tapegrad._kernels.conv_gemm import _nhwc_k
 
@@ -709,23 +716,26 @@ from tapegrad._kernels.conv_gemm import _nhwc_k
 def fwds(x, wk, b, y, xt, sh, sw, dh, dw, pt, pl, n0, n1):
     _, hp, wp, c_ = xt.shape
     x5 = xt.reshape(1, 1, hp, wp, c_)
+    zero = np.int64(0)
     for n in range(n0, n1):
-        _nhwc_k(x[n:n + 1], x5, pt, pl, 0, 1)
-        fwd(xt, wk, b, y[n:n + 1], sh, sw, dh, dw, 0, y.shape[2])
+        _nhwc_k(x[n:n + 1], x5, pt, pl, zero, zero + 1)
+        fwd(xt, wk, b, y[n:n + 1], sh, sw, dh, dw, zero, y.shape[2])
 
 
 def tgrads(g, wk, xg, gt, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
     _, hg, wg, o_ = gt.shape
     g5 = gt.reshape(1, 1, hg, wg, o_)
+    zero = np.int64(0)
     for n in range(n0, n1):
-        _nhwc_k(g[n:n + 1], g5, ot, ol, 0, 1)
-        tgrad(gt, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, 0, xg.shape[2])
+        _nhwc_k(g[n:n + 1], g5, ot, ol, zero, zero + 1)
+        tgrad(gt, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, zero, xg.shape[2])
 
 
 def tgradcs(g, wk, xg, gp, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
+    zero = np.int64(0)
     for n in range(n0, n1):  # gp's zeros around g's place stay zeros from sample to sample
-        _pad_k(g[n:n + 1], gp, ot, ol, 0, gp.shape[1])
-        tgradc(gp, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, 0, xg.shape[2])
+        _pad_k(g[n:n + 1], gp, ot, ol, zero, gp.shape[1])
+        tgradc(gp, wk, xg[n:n + 1], sh, sw, dh, dw, pt, pl, ot, ol, zero, xg.shape[2])
 
 
 def wgrads(x, g, dwk, xt, gt, sh, sw, dh, dw, pt, pl, nb, n0, n1):
@@ -733,54 +743,61 @@ def wgrads(x, g, dwk, xt, gt, sh, sw, dh, dw, pt, pl, nb, n0, n1):
     _, ho, wo, o_ = gt.shape
     x5 = xt.reshape(1, 1, hp, wp, c_)
     g5 = gt.reshape(1, 1, ho, wo, o_)
+    zero = np.int64(0)
     for n in range(n0, n1):
-        _nhwc_k(x[n:n + 1], x5, pt, pl, 0, 1)
-        _nhwc_k(g[n:n + 1], g5, 0, 0, 0, 1)
-        wgrad(xt, gt, dwk, sh, sw, dh, dw, 0, nb)
+        _nhwc_k(x[n:n + 1], x5, pt, pl, zero, zero + 1)
+        _nhwc_k(g[n:n + 1], g5, zero, zero, zero, zero + 1)
+        wgrad(xt, gt, dwk, sh, sw, dh, dw, zero, nb)
 
 
 def wgradcs(x, g, dwk, gt, sh, sw, dh, dw, nb, n0, n1):
     _, ho, wo, o_ = gt.shape
     g5 = gt.reshape(1, 1, ho, wo, o_)
+    zero = np.int64(0)
     for n in range(n0, n1):
-        _nhwc_k(g[n:n + 1], g5, 0, 0, 0, 1)
-        wgradc(x[n:n + 1], gt, dwk, sh, sw, dh, dw, 0, nb)
+        _nhwc_k(g[n:n + 1], g5, zero, zero, zero, zero + 1)
+        wgradc(x[n:n + 1], gt, dwk, sh, sw, dh, dw, zero, nb)
 
 
 def fwds_par(x, wk, b, y, xt, sh, sw, dh, dw, pt, pl, n0, n1):
-    h = (n1 - n0) // 2
-    for i in prange(2):
-        fwds(x, wk, b, y, xt[i:i + 1], sh, sw, dh, dw, pt, pl, n0 + i * h, n1 if i else n0 + h)
+    k = xt.shape[0]
+    for i in prange(k):
+        lo, hi = bounds(n1 - n0, k, i, 1)
+        fwds(x, wk, b, y, xt[i:i + 1], sh, sw, dh, dw, pt, pl, n0 + lo,
+             n0 + hi)
 
 
 def tgrads_par(g, wk, xg, gt, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
-    h = (n1 - n0) // 2
-    for i in prange(2):
-        tgrads(g, wk, xg, gt[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + i * h,
-               n1 if i else n0 + h)
+    k = gt.shape[0]
+    for i in prange(k):
+        lo, hi = bounds(n1 - n0, k, i, 1)
+        tgrads(g, wk, xg, gt[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + lo,
+               n0 + hi)
 
 
 def tgradcs_par(g, wk, xg, gp, sh, sw, dh, dw, pt, pl, ot, ol, n0, n1):
-    h = (n1 - n0) // 2
-    for i in prange(2):
-        tgradcs(g, wk, xg, gp[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + i * h,
-                n1 if i else n0 + h)
+    k = gp.shape[0]
+    for i in prange(k):
+        lo, hi = bounds(n1 - n0, k, i, 1)
+        tgradcs(g, wk, xg, gp[i:i + 1], sh, sw, dh, dw, pt, pl, ot, ol, n0 + lo,
+                n0 + hi)
 
 
 def wgrads_par(x, g, dwk, xt, gt, sh, sw, dh, dw, pt, pl, nb, n0, n1):
-    h = (n1 - n0) // 2
-    kh = dwk.shape[0] // 2
-    for i in prange(2):
+    k = xt.shape[0]
+    kh = dwk.shape[0] // k
+    for i in prange(k):
+        lo, hi = bounds(n1 - n0, k, i, 1)
         wgrads(x, g, dwk[i * kh:(i + 1) * kh], xt[i:i + 1], gt[i:i + 1], sh, sw, dh, dw, pt, pl,
-               nb, n0 + i * h, n1 if i else n0 + h)
+               nb, n0 + lo, n0 + hi)
 
 
 def wgradcs_par(x, g, dwk, gt, sh, sw, dh, dw, nb, n0, n1):
-    h = (n1 - n0) // 2
-    kh = dwk.shape[0] // 2
-    for i in prange(2):
-        wgradcs(x, g, dwk[i * kh:(i + 1) * kh], gt[i:i + 1], sh, sw, dh, dw, nb, n0 + i * h,
-                n1 if i else n0 + h)
+    k = gt.shape[0]
+    kh = dwk.shape[0] // k
+    for i in prange(k):
+        lo, hi = bounds(n1 - n0, k, i, 1)
+        wgradcs(x, g, dwk[i * kh:(i + 1) * kh], gt[i:i + 1], sh, sw, dh, dw, nb, n0 + lo, n0 + hi)
 """
 
 
@@ -881,7 +898,7 @@ _CALLS = {"fwds": "fwd", "tgrads": "tgrad", "tgradcs": "tgradc", "wgrads": "wgra
 def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
     """Kernel ``name`` (a key of ``_ARGS``) compiled for ``dtype`` (on first use, each dtype
     apart: float64 is for tests and checks, and each compile takes seconds); with
-    ``parallel``, its two-thread twin (which compiles the serial kernel first)."""
+    ``parallel``, its parallel twin (which compiles the serial kernel first)."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
@@ -904,27 +921,37 @@ def _kernel(name: str, dtype: Any, parallel: bool = False) -> Any:
                 if callee is not None:  # resolved by its global name when this one compiles
                     setattr(mod, callee, called)
                 fn = getattr(getattr(mod, key[0]), "py_func", getattr(mod, key[0]))
-                _KERNELS[key] = _aside(
-                    jit(parallel=parallel, fastmath={"contract"}, signatures=[sig]), fn)
+                # made again by this call in the compiler process (runtime.jit's recipe)
+                recipe = ("", f"{__name__}:_kernel", (name, key[1], parallel))
+                _KERNELS[key] = _aside(jit(parallel=parallel, fastmath={"contract"},
+                                           signatures=[sig], recipe=recipe), fn)
             finally:
                 cfg.SLP_VECTORIZE = old
     return _KERNELS[key]
 
 
-# Multiply-adds from which a kernel call runs on two threads (when numpy's BLAS and the kernels
-# share numba's pool, threads.active()): about 50 us of one core's work.
+# Multiply-adds from which a kernel call runs on numba's threads (when numpy's BLAS and the
+# kernels share numba's pool, threads.active()): about 50 us of one core's work.
 PARALLEL_MIN = 1 << 22
 
 
 def _on_two(macs: int) -> bool:
-    """Whether a call of ``macs`` multiply-adds runs on two threads: large, the pool shared."""
+    """Whether a call of ``macs`` multiply-adds runs on numba's threads: large, the pool
+    shared."""
     from . import threads  # noqa: PLC0415
 
     return threads.worth(macs, PARALLEL_MIN)
 
 
+def _chunks(n: int, parallel: bool) -> int:
+    """How many chunks a sample-at-a-time pass splits ``n`` samples into: one a thread when it
+    runs in parallel (each with its own one-sample buffer), else one."""
+    nb = numba()
+    return min(n, nb.get_num_threads()) if parallel and n > 1 and nb is not None else 1
+
+
 def _pick(name: str, dtype: Any, macs: int) -> Any:
-    """The serial kernel, or its two-thread twin when the call runs on two threads."""
+    """The serial kernel, or its parallel twin when the call runs on numba's threads."""
     return _kernel(name, dtype, parallel=_on_two(macs))
 
 
@@ -1018,7 +1045,7 @@ def _pad_k(a, out, top, left, p0, p1):  # type: ignore[no-untyped-def]
 def input_grad(g: Any, w: Any, geom: Any) -> Any:
     """The input gradient of ``conv`` (any stride): ``tgrad`` on ``g`` a sample at a time, each
     placed in zeros that every window reaches, channel-first when ``channel_first`` holds, else
-    copied channels-last (a single sample: its rows on the two threads)."""
+    copied channels-last (a single sample: its rows in chunks on numba's threads)."""
     o, c, kh, kw = w.shape
     (sh, sw), (dh, dw) = geom.stride, geom.dilation
     n, _, h, wd = geom.in_shape
@@ -1032,29 +1059,29 @@ def input_grad(g: Any, w: Any, geom: Any) -> Any:
     gc = np.ascontiguousarray(g, dtype=dt)
     first = channel_first(geom, c)
     two = _on_two(n * h * wd * c * o * kh * kw // (sh * sw))
-    halves = two and n > 1
+    k = _chunks(n, two)
     args = (sh, sw, dh, dw, pt, pl, ot, ol)
     if first:  # the zeros around g's place stay zeros from sample to sample
-        gp = np.zeros((1 + halves, o, hg, wg), dtype=dt)
+        gp = np.zeros((k, o, hg, wg), dtype=dt)
         if n == 1 and two:
             _pad_k(gc, gp, ot, ol, 0, o)
             _kernel("tgradc", dt, True)(gp, wk, out, *args, 0, h)
         else:
-            _kernel("tgradcs", dt, halves)(gc, wk, out, gp, *args, 0, n)
+            _kernel("tgradcs", dt, k > 1)(gc, wk, out, gp, *args, 0, n)
         return out
-    gt = np.empty((1 + halves, hg, wg, o), dtype=dt)
+    gt = np.empty((k, hg, wg, o), dtype=dt)
     if n == 1 and two:
         _nhwc(gc, gt.reshape(1, 1, hg, wg, o), ot, ol)
         _kernel("tgrad", dt, True)(gt, wk, out, *args, 0, h)
     else:
-        _kernel("tgrads", dt, halves)(gc, wk, out, gt, *args, 0, n)
+        _kernel("tgrads", dt, k > 1)(gc, wk, out, gt, *args, 0, n)
     return out
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
     """conv2d of (N, C, H, W) ``x`` by (O, C, kh, kw) ``w`` (+ ``b``): in one call on ``x`` as
     it is when ``channel_first`` holds, else a sample at a time on channels-last copies (a
-    single sample: its rows on the two threads)."""
+    single sample: its rows in chunks on numba's threads)."""
     n, c = x.shape[:2]
     o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
@@ -1071,13 +1098,13 @@ def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
     pt, pl = geom.padding[0][0], geom.padding[1][0]
     wk = _fold(wk, dw)
     two = _on_two(macs)
-    halves = two and n > 1
-    xt = np.empty((1 + halves, hp, wp, c), dtype=dt)
+    k = _chunks(n, two)
+    xt = np.empty((k, hp, wp, c), dtype=dt)
     if n == 1 and two:
         _nhwc(xc, xt.reshape(1, 1, hp, wp, c), pt, pl)
         _kernel("fwd", dt, True)(xt, wk, bb, out, sh, sw, dh, dw, 0, ho)
     else:
-        _kernel("fwds", dt, halves)(xc, wk, bb, out, xt, sh, sw, dh, dw, pt, pl, 0, n)
+        _kernel("fwds", dt, k > 1)(xc, wk, bb, out, xt, sh, sw, dh, dw, pt, pl, 0, n)
     return out
 
 
@@ -1099,8 +1126,9 @@ def _reach(size: int, out: int, k: int, s: int, d: int, pad: int) -> tuple[int, 
 
 def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
     """The weight gradient of ``conv`` in (kh, kw, C, O) order, a sample at a time: the output
-    gradient copied channels-last, the input too unless ``channel_first`` holds. On two threads
-    each sums half the samples (a single sample: half the blocks of the sums)."""
+    gradient copied channels-last, the input too unless ``channel_first`` holds. In parallel
+    each thread sums a chunk of the samples into sums of its own (a single sample: a chunk of
+    the blocks of the sums)."""
     n, c = x.shape[:2]
     o, _, kh, kw = wshape
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
@@ -1109,14 +1137,14 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
     dt = x.dtype
     first = channel_first(geom, c)
     two = _on_two(n * ho * wo * o * c * kh * kw)
-    halves = two and n > 1
-    dwk = np.zeros(((1 + halves) * kh, kw, c, o), dtype=dt)
+    k = _chunks(n, two)
+    dwk = np.zeros((k * kh, kw, c, o), dtype=dt)
     dwf = dwk if first else _fold(dwk, dw)  # a view: the kernel's sums land in dwk
     blocks = kh * dwf.shape[1] * -(-dwf.shape[2] // PC) * (o // OB)  # the kernel's count
     xc = np.ascontiguousarray(x)
     gc = np.ascontiguousarray(g, dtype=dt)
-    gt = np.empty((1 + halves, ho, wo, o), dtype=dt)
-    xt = None if first else np.empty((1 + halves, hp, wp, c), dtype=dt)
+    gt = np.empty((k, ho, wo, o), dtype=dt)
+    xt = None if first else np.empty((k, hp, wp, c), dtype=dt)
     if n == 1 and two:
         _nhwc(gc, gt.reshape(1, 1, ho, wo, o), 0, 0)
         if xt is not None:
@@ -1124,10 +1152,10 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
         _kernel("wgradc" if first else "wgrad", dt, True)(
             xc if xt is None else xt, gt, dwf, sh, sw, dh, dw, 0, blocks)
     elif xt is None:
-        _kernel("wgradcs", dt, halves)(xc, gc, dwf, gt, sh, sw, dh, dw, blocks, 0, n)
+        _kernel("wgradcs", dt, k > 1)(xc, gc, dwf, gt, sh, sw, dh, dw, blocks, 0, n)
     else:
-        _kernel("wgrads", dt, halves)(xc, gc, dwf, xt, gt, sh, sw, dh, dw, pt, pl, blocks, 0, n)
+        _kernel("wgrads", dt, k > 1)(xc, gc, dwf, xt, gt, sh, sw, dh, dw, pt, pl, blocks, 0, n)
     del xt, gt  # freed before the sums below: a backward's peak is here
-    if halves:
-        dwk = np.add(dwk[:kh], dwk[kh:])
+    if k > 1:  # the chunks' sums, in chunk order
+        dwk = dwk.reshape(k, kh, kw, c, o).sum(axis=0)
     return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)

@@ -246,3 +246,16 @@ def _outside_unit(a):  # type: ignore[no-untyped-def]
 def outside_unit(a: Any) -> bool:
     """Whether a C-contiguous float array has a value below 0 or above 1 (NaN is neither)."""
     return bool(_outside_unit(a))
+
+
+# entries with the arguments of their references (nn/_f_loss.py)
+def bce_probs(x: Any, t: Any, scale: float, total: bool) -> Any:
+    return bce(x, t, scale, total, logits=False)
+
+
+def bce_with_logits(x: Any, t: Any, scale: float, total: bool) -> Any:
+    return bce(x, t, scale, total, logits=True)
+
+
+def bce_grad_op(xp: Any, g: Any, x: Any, t: Any, scale: float, i: int, logits: bool) -> Any:
+    return bce_grads(g, x, t, scale, (i == 0, i == 1), logits)[i]

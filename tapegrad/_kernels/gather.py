@@ -33,3 +33,8 @@ def scatter_add_rows(g2: Any, idx: Any, n: int) -> Any:
     g = np.ascontiguousarray(g2).reshape(g2.shape[0], -1)
     _scatter_add(g, np.ascontiguousarray(idx, dtype=np.int64), out.reshape(n, -1))
     return out
+
+
+def scatter_add_rows_op(g2: Any, idx: Any, n: int, presorted: bool) -> Any:
+    """``scatter_add_rows`` with the arguments of its reference (``nn._f_common``)."""
+    return scatter_add_rows(g2, idx, n)

@@ -132,3 +132,9 @@ def gelu_grad(g: Any, x: Any) -> Any:
     out = np.empty_like(g)
     run(_gelu_grad, _gelu_grad_par, out.size, g, x, out)
     return out
+
+
+def gelu_grad_op(xp: Any, g: Any, x: Any) -> Any:
+    """``gelu_grad`` with the arguments of its reference; a broadcast seed (the gradient of a
+    sum) is copied first."""
+    return gelu_grad(np.ascontiguousarray(g), x)

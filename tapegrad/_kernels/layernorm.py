@@ -167,3 +167,12 @@ def layer_norm_grad(g: Any, x: Any, w: Any, m: int, eps: float, needs: Any) -> t
         gwb[0].astype(x.dtype) if needs[1] else None,
         gwb[1].astype(x.dtype) if needs[2] else None,
     )
+
+
+def layer_norm_grad_op(
+    xp: Any, g: Any, x: Any, w: Any, m: int, ns: tuple[int, ...], eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    """``layer_norm_grad`` with the arguments of its reference (``nn._f_norm``): the weight's
+    and bias's gradients shaped ``ns``."""
+    gx, gw, gb = layer_norm_grad(g, x, w, m, eps, needs)
+    return gx, None if gw is None else gw.reshape(ns), None if gb is None else gb.reshape(ns)

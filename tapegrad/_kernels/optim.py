@@ -75,3 +75,10 @@ def adam(p: Any, g: Any, m: Any, v: Any, group: dict[str, Any], t: int) -> None:
     run(_adam, _adam_par, p.size, p, g, m, v, lr, wd, float(beta1), float(beta2),
            float(group["eps"] * bc2_sqrt), float(lr / (1.0 - beta1**t) * bc2_sqrt),
            bool(wd) and not decoupled, decoupled)
+
+
+def adam_step(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    """``adam`` with the arguments of its reference (``optim.Adam.numpy_step``): step
+    ``state["step"]`` (already counted), the moments in ``state``. One compiled call: it
+    raises ``NotReady`` before writing anything."""
+    adam(p, g, state["exp_avg"], state["exp_avg_sq"], group, state["step"])

@@ -47,12 +47,21 @@ HERE = Path(__file__).resolve().parent
 _DIGESTS: dict[Path, str] = {}
 
 
+# Modules with no compiled code: which kernel runs where, and how requests travel. Editing them
+# leaves every compiled kernel valid, so they stay out of the digest (a new digest compiles
+# every kernel again and removes the caches of running processes).
+NOT_COMPILED = frozenset({"registry.py", "table.py", "compiler.py"})
+
+
 def sources_digest(folder: Path) -> str:
-    """A short digest of the ``*.py`` files in ``folder`` (names and contents), once a process."""
+    """A short digest of the ``*.py`` files in ``folder`` (names and contents) that hold
+    compiled code, once a process."""
     d = _DIGESTS.get(folder)
     if d is None:
         h = hashlib.blake2b(digest_size=8)
         for f in sorted(folder.glob("*.py")):
+            if f.name in NOT_COMPILED:
+                continue
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
         d = _DIGESTS[folder] = h.hexdigest()
     return d

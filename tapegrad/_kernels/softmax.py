@@ -421,3 +421,34 @@ def cross_entropy_probs_grads(g: Any, x: Any, t: Any, scale: float, needs: Any) 
     gt = np.empty(x.shape if needs[1] else (0,), x.dtype)
     _ce_probs_grad(x, t, gs.reshape(-1), gx, gt)
     return (gx if needs[0] else None), (gt if needs[1] else None)
+
+
+# entries with the arguments of their references (ops/_softmax.py, nn/_f_loss.py)
+def softmax_last(x: Any, axis: int) -> Any:
+    return softmax(x, log=False)
+
+
+def log_softmax_last(x: Any, axis: int) -> Any:
+    return softmax(x, log=True)
+
+
+def softmax_grad_last(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    return softmax_grad(g, y, log=False)
+
+
+def log_softmax_grad_last(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    return softmax_grad(g, y, log=True)
+
+
+def cross_entropy_grad_op(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
+    return cross_entropy_grad(x, g, t, coef)
+
+
+def ce_targets_op(x: Any, t: Any, c: int, ignore_index: int) -> tuple[Any, Any, int, int]:
+    return ce_targets(t, c, ignore_index, x.dtype)
+
+
+def cross_entropy_probs_grad_op(
+    xp: Any, g: Any, x: Any, t: Any, scale: float, total: bool, i: int
+) -> Any:
+    return cross_entropy_probs_grads(g, x, t, scale, (i == 0, i == 1))[i]

@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import _kernels as K
 from .._amp import lower
 from .._autodiff import OUT, Joint, apply, defprim, is_recomputing
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _linalg as L
@@ -42,27 +42,23 @@ def _matmul(a: Any, b: Any, out: Any = None) -> Any:
     """``a @ b`` for (B, H, M, K) and (B, H, K, N), into ``out`` when given: with the kernels,
     the (B x H) small products on the kernels' threads (``bmm``; numpy's matmul runs them one
     after another on one core), else numpy's."""
-    xp = xp_of(a)
-    if K.usable(a, b, out):
-        from .._kernels import bmm, threads  # noqa: PLC0415
+    return dispatch("batched_matmul", _matmul_np, a, b, out)
 
-        if threads.worth(a.shape[0] * a.shape[1], 2):
-            if out is None:
-                out = xp.empty(a.shape[:-1] + b.shape[-1:], a.dtype)
-            if bmm.bmm(a, b, out):
-                return out
-    return xp.matmul(a, b, out=out)
+
+def _matmul_np(a: Any, b: Any, out: Any) -> Any:
+    return xp_of(a).matmul(a, b, out=out)
 
 
 def _probs(q: Any, k: Any, mask: Any, scale: float) -> Any:
     """``softmax(q k^T * scale + mask)`` (B, H, L, S), zero rows where all is masked."""
     xp = xp_of(q)
     s = _matmul(q, xp.swapaxes(k, -1, -2))
-    if K.usable(s, mask):
-        from .._kernels import attention  # noqa: PLC0415
+    return dispatch("attention_softmax", _scores_to_probs, s, mask, scale)
 
-        attention.softmax_rows(s, mask, scale)
-        return s
+
+def _scores_to_probs(s: Any, mask: Any, scale: float) -> Any:
+    """The scores ``s`` turned into probabilities in place (and returned)."""
+    xp = xp_of(s)
     s *= scale
     if mask is not None:
         s += mask
@@ -97,16 +93,7 @@ def _attn_grads_arrays(
         _matmul(xp.swapaxes(p, -1, -2), g, dv)
     ds = _matmul(g, xp.swapaxes(v, -1, -2))  # dp, turned into the scores' gradient in place
     dmask = xp.empty_like(ds) if needs[3] else None
-    if K.usable(p, ds, g, out):
-        from .._kernels import attention  # noqa: PLC0415
-
-        attention.score_grad_rows(p, ds, g, out, scale, dmask)
-    else:
-        ds -= (g * out).sum(axis=-1, keepdims=True)
-        ds *= p
-        if dmask is not None:
-            dmask[...] = ds
-        ds *= scale
+    dispatch("attention_score_grad", _score_grad, p, ds, g, out, scale, dmask)
     dq = dk = None
     if needs[0]:
         dq = _blhd(xp, q.shape, p.dtype) if into is None else into[0]
@@ -165,6 +152,16 @@ def _keep() -> dict[str, Any]:
 # with three separate projections; three full-size scatters with a sliced packed one).
 
 
+def _score_grad(p: Any, ds: Any, g: Any, out: Any, scale: float, dmask: Any) -> None:
+    """``dp`` (``ds``) turned into the scores' gradient in place; ``dmask`` (when given) gets
+    it before the scale."""
+    ds -= (g * out).sum(axis=-1, keepdims=True)
+    ds *= p
+    if dmask is not None:
+        dmask[...] = ds
+    ds *= scale
+
+
 def _qkv(a: Any) -> tuple[Any, Any, Any]:
     """q, k, v as (B, H, L, D) views of a (B, L, 3, H, D) array or Tensor."""
     if isinstance(a, Tensor):
@@ -172,31 +169,25 @@ def _qkv(a: Any) -> tuple[Any, Any, Any]:
     return tuple(a[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # type: ignore[return-value]
 
 
-def _heads_kernel(qkv: Any, mask: Any) -> Any:
-    """The small-head kernels' module when they take this packed projection (short sequences,
-    head widths a multiple of 8, C-contiguous), else None."""
-    if not (K.usable(qkv, mask) and qkv.flags.c_contiguous and (mask is None or mask.ndim == 4)):
-        return None
-    from .._kernels import attention_heads  # noqa: PLC0415
-
-    return attention_heads if attention_heads.fits(qkv) else None
+def _attn_qkv(qkv: Any, mask: Any, scale: float, keep: Any) -> Any:
+    q, k, v = _qkv(qkv)
+    return _attn_fwd(q, k, v, mask, scale, keep)
 
 
 def _attn_qkv_fwd(qkv: Any, mask: Any, scale: float, keep: Any = None) -> Any:
-    heads = _heads_kernel(qkv, mask)
-    if heads is not None:  # one pass per (batch, head) block; backward recomputes
-        return heads.forward(qkv, mask, scale)
-    q, k, v = _qkv(qkv)
-    return _attn_fwd(q, k, v, mask, scale, keep)
+    # small heads: one compiled pass per (batch, head) block, and backward recomputes
+    return dispatch("attention_qkv", _attn_qkv, qkv, mask, scale, keep)
 
 
 def _attn_qkv_grads(
     xp: Any, g: Any, ans: Any, qkv: Any, mask: Any, scale: float, needs: Any, keep: Any = None
 ) -> tuple[Any, Any]:
-    if needs[0] and not xp.tensors and (heads := _heads_kernel(qkv, mask)) is not None:
-        n_b, n_l, _, n_h, _ = qkv.shape
-        dmask = np.empty((n_b, n_h, n_l, n_l), qkv.dtype) if needs[1] else None
-        return heads.backward(qkv, g, ans, mask, scale, dmask), dmask
+    return dispatch("attention_qkv_grad", _attn_qkv_grad, xp, g, ans, qkv, mask, scale, needs, keep)
+
+
+def _attn_qkv_grad(
+    xp: Any, g: Any, ans: Any, qkv: Any, mask: Any, scale: float, needs: Any, keep: Any
+) -> tuple[Any, Any]:
     q, k, v = _qkv(qkv)
     if not xp.tensors:
         d = xp_of(qkv).empty(qkv.shape, dtype=qkv.dtype) if needs[0] else None

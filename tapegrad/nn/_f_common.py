@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _kernels as K
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
 from .._dtypes import is_float
+from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -167,11 +167,11 @@ def reciprocal(denom: Any) -> float:
 
 def _segment_rows(g2: Any, idx: Any, n: int, presorted: bool) -> Any:
     """Sum the rows of ``g2`` (M, ...) into ``n`` rows by ``idx`` (M,): sort + add.reduceat."""
-    xp = xp_of(g2)
-    if idx.size and K.usable(g2) and idx.dtype.kind in "iu":  # one pass, no sort
-        from .._kernels import gather  # noqa: PLC0415
+    return dispatch("scatter_add_rows", _segment_rows_np, g2, idx, n, presorted)
 
-        return gather.scatter_add_rows(g2, idx, n)
+
+def _segment_rows_np(g2: Any, idx: Any, n: int, presorted: bool) -> Any:
+    xp = xp_of(g2)
     out = xp.zeros((n,) + g2.shape[1:], dtype=g2.dtype)
     if idx.size == 0:
         return out

@@ -25,6 +25,7 @@ from .. import _kernels as K
 from .._amp import lower
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _shape as S
 from ._f_common import check_positive, float_input, ntuple, same_float
@@ -72,10 +73,10 @@ def _windows(xp_: Any, geom: Geom) -> Any:
 
 
 def _im2col_fwd(x: Any, geom: Geom) -> Any:
-    if K.usable(x):  # one compiled pass, no padded copy
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("im2col", _im2col, x, geom)  # compiled: one pass, no padded copy
 
-        return conv.im2col(x, geom)
+
+def _im2col(x: Any, geom: Geom) -> Any:
     (kh, kw), (ho, wo) = geom.kernel, geom.out_hw
     n, c = x.shape[:2]
     v = _windows(pad_array(x, geom.padding), geom)  # (C, kh, kw, N, Ho, Wo)
@@ -83,10 +84,10 @@ def _im2col_fwd(x: Any, geom: Geom) -> Any:
 
 
 def _col2im_fwd(cols: Any, geom: Geom) -> Any:
-    if K.usable(cols):  # one compiled pass, the same sums in the same order
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("col2im", _col2im, cols, geom)  # compiled: the same sums in the same order
 
-        return conv.col2im(cols, geom)
+
+def _col2im(cols: Any, geom: Geom) -> Any:
     n, c, h, w = geom.in_shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = geom.kernel, geom.stride, geom.dilation, geom.out_hw
     (pt, pb), (pl, pr) = geom.padding
@@ -319,7 +320,21 @@ def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> lis
                    GEMM_ROWS)
 
 
+def _compiled(strategies: Any, reference: Any, *args: Any) -> Any:
+    """``strategies(*args)``: the compiled path this convolution takes, or None; the numpy
+    ``reference(*args)`` when none fits or while the one that fits is compiling (NotReady)."""
+    try:
+        out = strategies(*args)
+    except K.NotReady:
+        out = None
+    return reference(*args) if out is None else out
+
+
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
+    return _compiled(_conv2d_kernels, _conv2d_ref, x, w, b, geom, groups)
+
+
+def _conv2d_kernels(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, x, w, b)
     if direct is not None:
         return direct.direct(x, w, b, geom, groups)
@@ -335,6 +350,10 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     pm = _pixel_major(geom, groups, w.shape, x, w, b)
     if pm is not None:
         return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
+    return None
+
+
+def _conv2d_ref(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     n, o = x.shape[0], w.shape[0]
     ho, wo = geom.out_hw
     wm = w.reshape(groups, o // groups, -1)
@@ -342,31 +361,37 @@ def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
     for a, z in _chunks(geom, wm.shape[-1] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))  # (C*kh*kw, n*Ho*Wo)
         y = np.matmul(wm, cols.reshape(groups, -1, cols.shape[1]))  # (G, O/G, n*Ho*Wo)
-        if K.usable(y, b):  # the planes copied out in one pass, the bias added on the way
-            from .._kernels import conv  # noqa: PLC0415
-
-            conv.unpack(y, b, out[a:z])
-            continue
-        y = y.reshape(o, z - a, ho, wo).transpose(1, 0, 2, 3)
-        if b is None:
-            out[a:z] = y
-        else:
-            np.add(y, b.reshape(1, o, 1, 1), out=out[a:z])
+        # compiled: the planes copied out in one pass, the bias added on the way
+        dispatch("conv_unpack", _unpack, y, b, out[a:z])
     return out
+
+
+def _unpack(y: Any, b: Any, out: Any) -> None:
+    """The GEMM's (G, O/G, n*Ho*Wo) result ``y`` (+ ``b``) written into (n, O, Ho, Wo) ``out``."""
+    n, o, ho, wo = out.shape
+    y = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    if b is None:
+        out[...] = y
+    else:
+        np.add(y, b.reshape(1, o, 1, 1), out=out)
 
 
 def _grad_cols(g: Any, groups: int) -> Any:
     """The output gradient (n, O, Ho, Wo) as (G, O/G, n*Ho*Wo), the GEMM layout."""
-    n, o = g.shape[:2]
-    if K.usable(g):
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("conv_pack", _pack, g, groups)
 
-        return conv.pack(g).reshape(groups, o // groups, -1)
+
+def _pack(g: Any, groups: int) -> Any:
+    o = g.shape[1]
     return g.transpose(1, 0, 2, 3).reshape(groups, o // groups, -1)
 
 
 def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
+    return _compiled(_input_grad_kernels, _input_grad_ref, g, w, geom, groups)
+
+
+def _input_grad_kernels(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     direct = _direct(geom, groups, w.shape, g, w)
     if direct is not None:
         return direct.direct_input_grad(g, w, geom, groups)
@@ -382,6 +407,10 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     pm = _pixel_major(geom, groups, w.shape, g, w)
     if pm is not None:
         return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
+    return None
+
+
+def _input_grad_ref(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     n, o = g.shape[:2]
     wt = w.reshape(groups, o // groups, -1).swapaxes(-1, -2)  # (G, C/G*kh*kw, O/G)
     _, c, h, wd = geom.in_shape
@@ -394,6 +423,11 @@ def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
+    return _compiled(_weight_grad_kernels, _weight_grad_ref, g, x, geom, groups, wshape)
+
+
+def _weight_grad_kernels(g: Any, x: Any, geom: Geom, groups: int,
+                         wshape: tuple[int, ...]) -> Any:
     direct = _direct(geom, groups, wshape, g, x)
     if direct is not None:
         return direct.direct_weight_grad(g, x, geom, groups, wshape)
@@ -409,6 +443,10 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
     pm = _pixel_major(geom, groups, wshape, g, x)
     if pm is not None:
         return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
+    return None
+
+
+def _weight_grad_ref(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     acc: Any = None
     for a, z in _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups):
         cols = _im2col_fwd(x[a:z], _part(geom, z - a))
@@ -422,10 +460,10 @@ def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int,
 
 
 def _bias_grad_fwd(g: Any, shape: tuple[int, ...]) -> Any:
-    if K.usable(g):  # one pass per plane: about 2x numpy's strided sum, float64 accumulation
-        from .._kernels import conv  # noqa: PLC0415
+    return dispatch("conv_bias_grad", _bias_grad, g)
 
-        return conv.channel_sum(g)
+
+def _bias_grad(g: Any) -> Any:
     return g.sum(axis=(0, 2, 3))
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _kernels as K
 from .._amp import lower
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -21,15 +21,13 @@ from ._f_common import float_input, same_float, take
 # --------------------------------------------------------------------------------------------
 
 
-def _add_bias(y: Any, b: Any) -> None:
-    # the compiled loop from 16384 elements: below, numba's dispatch costs what it saves
-    if (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and K.usable(y, b)
-            and y.flags.c_contiguous and b.flags.c_contiguous):
-        from .._kernels import elementwise  # noqa: PLC0415
+def _add_bias_np(y: Any, b: Any) -> None:
+    y += b
 
-        elementwise.add_rows(y, b)
-    else:
-        y += b
+
+def _add_bias(y: Any, b: Any) -> None:
+    """``y += b`` in place on the GEMM's fresh output ``y``."""
+    dispatch("add_bias", _add_bias_np, y, b)
 
 
 def _linear_fwd(x: Any, w: Any, b: Any) -> Any:

@@ -25,10 +25,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .. import _kernels as K
 from .._amp import upper
 from .._autodiff import PRIMITIVES, Primitive, apply, defprim, is_capturing
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
@@ -106,35 +106,23 @@ def _softmax_minus_one_hot(x: Any, t: Any) -> Any:
 # a dozen recorded ops). ``coef`` holds each position's weight (0 where ignored, the class
 # weight, and the 1 / sum-of-weights of 'mean'); ``total`` sums the weighted losses in the same
 # call. The VJP is itself a primitive with differentiable VJPs, so higher order works.
-def _ce_kernel(x: Any, t: Any, coef: Any) -> bool:
-    """Whether the compiled row kernels take this call: (N, C) C-contiguous float logits,
-    int64 class indices and coefficients of the logits' dtype."""
-    return (
-        x.ndim == 2
-        and K.usable(x, coef)
-        and x.flags.c_contiguous
-        and type(t) is np.ndarray
-        and t.dtype == np.int64
-    )
-
-
-def _ce_fwd(x: Any, t: Any, coef: Any, total: bool) -> Any:
-    if _ce_kernel(x, t, coef):  # one pass per row
-        from .._kernels import softmax  # noqa: PLC0415
-
-        return softmax.cross_entropy(x, t, coef, total)
+def _ce(x: Any, t: Any, coef: Any, total: bool) -> Any:
     loss = (_lse(x) - _pick_fwd(x, t)) * coef  # -log_softmax(x)[t], weighted
     return loss.sum() if total else loss
 
 
-def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
-    if _ce_kernel(x, t, coef) and K.usable(x, g):
-        from .._kernels import softmax  # noqa: PLC0415
+def _ce_fwd(x: Any, t: Any, coef: Any, total: bool) -> Any:
+    return dispatch("cross_entropy", _ce, x, t, coef, total)
 
-        return softmax.cross_entropy_grad(x, g, t, coef)
+
+def _ce_grad(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
     e = _softmax_minus_one_hot(x, t)
     e *= (g * coef)[:, None]
     return e
+
+
+def _ce_grad_fwd(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
+    return dispatch("cross_entropy_grad", _ce_grad, x, g, t, coef, total)
 
 
 def _ce_grad_vjp_x(xp: Any, gg: Any, ans: Any, x: Any, g: Any, t: Any, coef: Any, total: bool):
@@ -282,17 +270,12 @@ def cross_entropy(
         )
     x, t, unb = _class_target(x, target, "cross_entropy")
     c = x.shape[1]
-    if (
-        weight is None
-        and label_smoothing == 0.0
-        and x.ndim == 2
-        and K.usable(x._data)
-        and not is_capturing()
-    ):
+    prep = None
+    if weight is None and label_smoothing == 0.0 and x.ndim == 2 and not is_capturing():
         # the checks, safe indices and coefficients in one compiled pass over the targets
-        from .._kernels import softmax  # noqa: PLC0415
-
-        safe, coef, n_valid, bad = softmax.ce_targets(t, c, ignore_index, x.dtype)
+        prep = dispatch("ce_targets", _no_prep, x._data, t, c, ignore_index)
+    if prep is not None:
+        safe, coef, n_valid, bad = prep
         if bad >= 0:
             _valid_and_weights(t, c, None, ignore_index, x.dtype, "cross_entropy")  # raises
         if reduction == "mean":
@@ -320,6 +303,12 @@ def cross_entropy(
     return out * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
 
 
+def _no_prep(x: Any, t: Any, c: int, ignore_index: int) -> None:
+    """The reference of ``ce_targets``: no one-pass preparation (``cross_entropy`` then checks
+    and weighs the targets with ``_valid_and_weights``)."""
+    return None
+
+
 def _ce_operands(
     target: Tensor, shape: tuple[int, ...], weight: Any, ignore_index: int, dtype: Any, reduction: str
 ) -> tuple[Tensor, Tensor]:
@@ -343,30 +332,26 @@ def _ce_operands(
     return safe, w
 
 
-def _ce_probs_kernel(x: Any, t: Any) -> bool:
-    return K.usable(x, t) and x.flags.c_contiguous and t.flags.c_contiguous
-
-
-def _ce_probs_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
-    if _ce_probs_kernel(x, t):  # one pass per row
-        from .._kernels import softmax  # noqa: PLC0415
-
-        return softmax.cross_entropy_probs(x, t, scale, total)
+def _ce_probs(x: Any, t: Any, scale: float, total: bool) -> Any:
     loss = -(t * (x - _lse(x)[:, None])).sum(axis=1)
     return xp_of(x).asarray(loss.sum() * scale, dtype=x.dtype) if total else loss
 
 
+def _ce_probs_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    return dispatch("cross_entropy_probs", _ce_probs, x, t, scale, total)
+
+
+def _ce_probs_grad(xp: Any, g: Any, x: Any, t: Any, scale: float, total: bool, i: int) -> Any:
+    gr = g * scale if total else xp.expand_dims(g * scale, 1)
+    if i == 0:  # softmax(x) * sum(t) - t
+        p = xp.apply(SM._SOFTMAX, x, axis=1)
+        return gr * (p * xp.sum(t, axis=1, keepdims=True) - t)
+    return -gr * xp.apply(SM._LOG_SOFTMAX, x, axis=1)
+
+
 def _ce_probs_vjp(i: int) -> Any:
     def vjp(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
-        if not xp.tensors and _ce_probs_kernel(x, t) and K.usable(g, x):
-            from .._kernels import softmax  # noqa: PLC0415
-
-            return softmax.cross_entropy_probs_grads(g, x, t, scale, (i == 0, i == 1))[i]
-        gr = g * scale if total else xp.expand_dims(g * scale, 1)
-        if i == 0:  # softmax(x) * sum(t) - t
-            p = xp.apply(SM._SOFTMAX, x, axis=1)
-            return gr * (p * xp.sum(t, axis=1, keepdims=True) - t)
-        return -gr * xp.apply(SM._LOG_SOFTMAX, x, axis=1)
+        return dispatch("cross_entropy_probs_grad", _ce_probs_grad, xp, g, x, t, scale, total, i)
 
     return vjp
 
@@ -481,13 +466,13 @@ def binary_cross_entropy(
     )
 
 
+def _outside_unit_np(a: Any) -> bool:
+    return bool(((a < 0) | (a > 1)).any())
+
+
 def _outside_unit(a: Any) -> bool:
     """Whether the array ``a`` holds a value outside [0, 1] (NaN does not count)."""
-    if K.usable(a) and a.flags.c_contiguous:  # one pass, no temporaries
-        from .._kernels import elementwise  # noqa: PLC0415
-
-        return elementwise.outside_unit(a)
-    return bool(((a < 0) | (a > 1)).any())
+    return dispatch("outside_unit", _outside_unit_np, a)
 
 
 def _bce_logs(xp: Any, x: Any) -> tuple[Any, Any]:
@@ -496,16 +481,7 @@ def _bce_logs(xp: Any, x: Any) -> tuple[Any, Any]:
         return xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log(1.0 - x), -100.0)
 
 
-def _bce_kernel(x: Any, t: Any) -> bool:
-    """Whether the compiled binary cross-entropy kernels take these arrays."""
-    return K.usable(x, t) and x.shape == t.shape and x.flags.c_contiguous and t.flags.c_contiguous
-
-
-def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
-    if _bce_kernel(x, t):  # one pass (the formula below is about ten numpy calls)
-        from .._kernels import elementwise  # noqa: PLC0415
-
-        return elementwise.bce(x, t, scale, total, logits=False)
+def _bce(x: Any, t: Any, scale: float, total: bool) -> Any:
     lx, l1x = _bce_logs(xp_of(x), x)
     loss = -(t * lx + (1.0 - t) * l1x)
     if not total:
@@ -513,22 +489,27 @@ def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
     return xp_of(x).asarray(loss.sum() * scale, dtype=x.dtype)
 
 
+def _bce_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    # one pass (the formula is about ten numpy calls)
+    return dispatch("binary_cross_entropy", _bce, x, t, scale, total)
+
+
+def _bce_grad(xp: Any, g: Any, x: Any, t: Any, scale: float, i: int, logits: bool) -> Any:
+    if logits:
+        if i == 0:
+            return (g * scale) * (xp.apply(_SIGMOID, x) - t)
+        return (g * -scale) * x
+    if i == 0:
+        return (g * scale) * (x - t) / xp.maximum((1.0 - x) * x, 1e-12)
+    lx, l1x = _bce_logs(xp, x)
+    return (g * scale) * (l1x - lx)
+
+
 def _bce_vjp(i: int, logits: bool) -> Any:
     """The VJP of (logits) binary cross-entropy for input ``i``: one compiled pass on arrays."""
 
     def vjp(xp: Any, g: Any, ans: Any, x: Any, t: Any, scale: float, total: bool) -> Any:
-        if not xp.tensors and _bce_kernel(x, t) and K.usable(g, x):
-            from .._kernels import elementwise  # noqa: PLC0415
-
-            return elementwise.bce_grads(g, x, t, scale, (i == 0, i == 1), logits)[i]
-        if logits:
-            if i == 0:
-                return (g * scale) * (xp.apply(_SIGMOID, x) - t)
-            return (g * -scale) * x
-        if i == 0:
-            return (g * scale) * (x - t) / xp.maximum((1.0 - x) * x, 1e-12)
-        lx, l1x = _bce_logs(xp, x)
-        return (g * scale) * (l1x - lx)
+        return dispatch("binary_cross_entropy_grad", _bce_grad, xp, g, x, t, scale, i, logits)
 
     return vjp
 
@@ -548,16 +529,16 @@ _BCE = defprim(
 _SIGMOID = PRIMITIVES["sigmoid"]
 
 
-def _bce_logits_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
-    if _bce_kernel(x, t):
-        from .._kernels import elementwise  # noqa: PLC0415
-
-        return elementwise.bce(x, t, scale, total, logits=True)
+def _bce_logits(x: Any, t: Any, scale: float, total: bool) -> Any:
     xp = xp_of(x)
     loss = (1.0 - t) * x + (xp.maximum(-x, 0) + xp.log1p(xp.exp(-xp.abs(x))))
     if not total:
         return loss
     return xp.asarray(loss.sum() * scale, dtype=x.dtype)
+
+
+def _bce_logits_fwd(x: Any, t: Any, scale: float, total: bool) -> Any:
+    return dispatch("binary_cross_entropy_with_logits", _bce_logits, x, t, scale, total)
 
 
 # With logits, without weights: one primitive too (PyTorch's formula,

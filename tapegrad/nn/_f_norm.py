@@ -17,10 +17,10 @@ import math
 import threading
 from typing import Any
 
-from .. import _kernels as K
 from .._amp import upper
 from .._autodiff import ARRAYS, PRIMITIVES, Joint, apply, defprim, no_grad
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
@@ -67,12 +67,7 @@ def _ln_stats(xp: Any, x: Any, m: int, eps: float) -> tuple[Any, Any]:
     return d * rstd, rstd
 
 
-def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
-    m = math.prod(x.shape[a] for a in axes)
-    if K.usable(x, w, b):  # one pass per row
-        from .._kernels import layernorm  # noqa: PLC0415
-
-        return layernorm.layer_norm(x, w, b, m, eps)
+def _ln(x: Any, w: Any, b: Any, m: int, eps: float) -> Any:
     y, _ = _ln_stats(ARRAYS, x, m, eps)
     if w is not None:
         y *= w.reshape(-1)
@@ -81,17 +76,14 @@ def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
     return y.reshape(x.shape)
 
 
-def _ln_grads(
-    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float, needs: Any
-) -> tuple[Any, Any, Any]:
-    # backward recomputes the two statistics from the saved input (no normalised copy kept)
+def _ln_fwd(x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float) -> Any:
     m = math.prod(x.shape[a] for a in axes)
-    ns = x.shape[x.ndim - len(axes) :]
-    if not xp.tensors and K.usable(g, x, w):  # one pass per row (same sums to rounding)
-        from .._kernels import layernorm  # noqa: PLC0415
+    return dispatch("layer_norm", _ln, x, w, b, m, eps)  # one pass per row
 
-        gx, gw, gb = layernorm.layer_norm_grad(g, x, w, m, eps, needs)
-        return gx, None if gw is None else gw.reshape(ns), None if gb is None else gb.reshape(ns)
+
+def _ln_grad(
+    xp: Any, g: Any, x: Any, w: Any, m: int, ns: tuple[int, ...], eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
     xhat, rstd = _ln_stats(xp, x, m, eps)
     g2 = xp.reshape(g, (-1, m))
     gx = gw = gb = None
@@ -104,6 +96,15 @@ def _ln_grads(
         gx = rstd * (gy - _rowsum(xp, gy) * (1.0 / m) - xhat * (_rowsum(xp, gy * xhat) * (1.0 / m)))
         gx = xp.reshape(gx, x.shape)
     return gx, gw, gb
+
+
+def _ln_grads(
+    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, axes: tuple[int, ...], eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    # backward recomputes the two statistics from the saved input (no normalised copy kept)
+    m = math.prod(x.shape[a] for a in axes)
+    ns = x.shape[x.ndim - len(axes) :]
+    return dispatch("layer_norm_grad", _ln_grad, xp, g, x, w, m, ns, eps, needs)
 
 
 LAYER_NORM = defprim("nn.layer_norm", _ln_fwd, Joint(_ln_grads), (0, 1))
@@ -199,11 +200,7 @@ def _channel(v: Any, ndim: int) -> Any:
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
-    if K.usable(x, w, b):
-        from .._kernels import batchnorm  # noqa: PLC0415
-
-        return batchnorm.batch_norm(x, w, b, eps)[0]
+def _bn(x: Any, w: Any, b: Any, eps: float) -> Any:
     y, _ = _bn_stats(ARRAYS, x, eps)
     if w is not None:
         y *= _channel(w, x.ndim)
@@ -212,14 +209,11 @@ def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
     return y
 
 
-def _bn_grads(
-    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, eps: float, needs: Any
-) -> tuple[Any, Any, Any]:
-    if not xp.tensors and K.usable(g, x, w):
-        from .._kernels import batchnorm  # noqa: PLC0415
+def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
+    return dispatch("batch_norm", _bn, x, w, b, eps)
 
-        gx, gw, gb = batchnorm.batch_norm_grad(g, x, w, eps, bool(needs[0]))
-        return gx, (gw if needs[1] else None), (gb if needs[2] else None)
+
+def _bn_grad(xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any) -> tuple[Any, Any, Any]:
     axes = (0,) + tuple(range(2, x.ndim))
     m = x.size // x.shape[1]
     xhat, rstd = _bn_stats(xp, x, eps)
@@ -238,17 +232,22 @@ def _bn_grads(
     return gx, gw, gb
 
 
+def _bn_grads(
+    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    return dispatch("batch_norm_grad", _bn_grad, xp, g, x, w, eps, needs)
+
+
 BATCH_NORM = defprim("nn.batch_norm", _bn_fwd, Joint(_bn_grads), (0, 1))
 
 
 def _batch_stats(x: Any) -> tuple[Any, Any]:
     """Per-channel mean and biased variance of the array ``x`` (N, C, ...), float64 for the
     compiled kernels, x's dtype for numpy."""
-    if K.usable(x):
-        from .._kernels import batchnorm  # noqa: PLC0415
+    return dispatch("batch_stats", _batch_stats_np, x)
 
-        st = batchnorm.channel_stats(x)
-        return st[0], st[1]
+
+def _batch_stats_np(x: Any) -> tuple[Any, Any]:
     axes = (0,) + tuple(range(2, x.ndim))
     mu = x.mean(axis=axes, keepdims=True)
     d = x - mu

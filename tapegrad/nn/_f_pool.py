@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _kernels as K
 from .._autodiff import OUT, Primitive, apply, defprim
 from .._backend import np, xp_of
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ..ops import _linalg as L
 from ..ops import _reduce as R
@@ -199,11 +199,10 @@ def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
 
 
 def _max_pool_fwd(x: Any, geom: Geom) -> Any:
-    if K.usable(x):
-        from .._kernels import pool  # noqa: PLC0415
+    return dispatch("max_pool2d", _max_pool, x, geom)
 
-        if pool.fits(geom):
-            return pool.max_pool(x, geom)
+
+def _max_pool(x: Any, geom: Geom) -> Any:
     xp_ = pad_array(x, geom.padding, -np.inf)
     out = None
     for _, i, j in _offsets(geom):
@@ -259,12 +258,11 @@ def _max_pool_grad_tiled(g: Any, x: Any, out: Any, geom: Geom) -> Any:
 
 
 def _max_pool_grad_fwd(g: Any, x: Any, out: Any, geom: Geom) -> Any:
-    xp = xp_of(g)
-    if K.usable(g, x, out):
-        from .._kernels import pool  # noqa: PLC0415
+    return dispatch("max_pool2d_grad", _max_pool_grad, g, x, out, geom)
 
-        if pool.fits(geom):
-            return pool.max_pool_grad(g, x, out, geom)
+
+def _max_pool_grad(g: Any, x: Any, out: Any, geom: Geom) -> Any:
+    xp = xp_of(g)
     if _tiled(geom):
         return _max_pool_grad_tiled(g, x, out, geom)
     arg = _first_max(x, out, geom)

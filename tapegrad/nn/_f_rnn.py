@@ -21,7 +21,6 @@ from typing import Any
 from .._autodiff import OUT, Joint, Tape, apply, defprim
 from .._backend import xp_of
 from .._kernels import dispatch
-from .._kernels import table_rnn as _table  # noqa: F401 - registers the recurrent kernels
 from .._tensor import Tensor
 from ..ops import _elementwise as E
 from ..ops import _shape as S

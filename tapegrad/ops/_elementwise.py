@@ -10,10 +10,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .. import _kernels as K
 from .._autodiff import OUT, PRIMITIVES, apply, defprim, nondiff
 from .._backend import np
 from .._dtypes import default_float
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from . import _special
 from ._common import as_tensor, operands
@@ -94,39 +94,20 @@ sigmoid = _unary(
 )  # fmt: skip
 
 
-def _fwd_kernel(x: Any) -> bool:
-    """Whether an activation's compiled forward loop takes ``x``: above a size where its call
-    costs less than numpy's extra pass, C-contiguous."""
-    return x.size >= 1 << 12 and K.usable(x) and x.flags.c_contiguous
-
-
-def _vjp_kernel(xp: Any, g: Any, ans: Any) -> bool:
-    """Whether an activation's compiled gradient loop takes ``g`` and the saved output: on
-    arrays, one pass without a boolean mask (less memory in backward)."""
-    return (
-        not xp.tensors
-        and g.size >= 1 << 13  # below, numba's dispatch costs what the pass saves
-        and K.usable(g, ans)
-        and g.shape == ans.shape
-        and g.flags.c_contiguous
-        and ans.flags.c_contiguous
-    )
-
-
-def _relu_fwd(x: Any) -> Any:
-    if _fwd_kernel(x):
-        from .._kernels import elementwise  # noqa: PLC0415
-
-        return elementwise.relu(x)
+def _relu(x: Any) -> Any:
     return np.maximum(x, 0).astype(x.dtype, copy=False)
 
 
-def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
-    if _vjp_kernel(xp, g, ans):
-        from .._kernels import activation  # noqa: PLC0415
+def _relu_fwd(x: Any) -> Any:
+    return dispatch("relu", _relu, x)
 
-        return activation.relu_grad(g, ans)
+
+def _relu_grad(g: Any, ans: Any) -> Any:
     return g * (ans > 0)
+
+
+def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
+    return dispatch("relu_grad", _relu_grad, g, ans)
 
 
 relu = _unary(
@@ -481,22 +462,22 @@ def nan_to_num(
 
 
 # --- activations (compositions; no gradient code) --------------------------------------------
-def _leaky_fwd(x: Any, slope: float) -> Any:
-    if _fwd_kernel(x):
-        from .._kernels import elementwise  # noqa: PLC0415
-
-        return elementwise.leaky_relu(x, slope)
+def _leaky(x: Any, slope: float) -> Any:
     return np.where(x > 0, x, x * slope).astype(x.dtype, copy=False)
+
+
+def _leaky_fwd(x: Any, slope: float) -> Any:
+    return dispatch("leaky_relu", _leaky, x, slope)
+
+
+def _leaky_grad(xp: Any, g: Any, ans: Any, slope: float) -> Any:
+    return xp.where(ans > 0, g, g * slope)
 
 
 def _leaky_vjp(xp: Any, g: Any, ans: Any, x: Any, slope: float) -> Any:
     # with slope >= 0 the output is positive exactly where the input is: the output is saved
     # (the next layer keeps it anyway), not the input
-    if _vjp_kernel(xp, g, ans):
-        from .._kernels import activation  # noqa: PLC0415
-
-        return activation.leaky_relu_grad(g, ans, slope)
-    return xp.where(ans > 0, g, g * slope)
+    return dispatch("leaky_relu_grad", _leaky_grad, xp, g, ans, slope)
 
 
 _leaky_relu = defprim("leaky_relu", _leaky_fwd, _leaky_vjp, (OUT,))
@@ -519,25 +500,23 @@ def elu(x: Any, alpha: float = 1.0) -> Tensor:
     return where(x > 0, x, expm1(where(x > 0, 0.0, x)) * alpha)
 
 
-def _gelu_fwd(x: Any) -> Any:
-    if _fwd_kernel(x):
-        from .._kernels import gelu as kernel  # noqa: PLC0415
-
-        return kernel.gelu(x)
+def _gelu_np(x: Any) -> Any:
     phi = np.add(_special.erf(x * (1.0 / math.sqrt(2.0))), 1.0).astype(x.dtype, copy=False)
     return np.multiply(x, 0.5, dtype=x.dtype) * phi
 
 
-def _gelu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
-    if (not xp.tensors and g.shape == x.shape and g.size >= 1 << 13 and K.usable(g, x)
-            and x.flags.c_contiguous):
-        from .._kernels import gelu as kernel  # noqa: PLC0415
+def _gelu_fwd(x: Any) -> Any:
+    return dispatch("gelu", _gelu_np, x)
 
-        # a broadcast seed (the gradient of a sum) is copied: the float64 reference costs more
-        return kernel.gelu_grad(np.ascontiguousarray(g), x)
+
+def _gelu_grad(xp: Any, g: Any, x: Any) -> Any:
     # Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi), in ops a Tensor backward can differentiate
     phi = (xp.apply(PRIMITIVES["erf"], x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
     return g * (phi + x * xp.exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi)))
+
+
+def _gelu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
+    return dispatch("gelu_grad", _gelu_grad, xp, g, x)
 
 
 # exact GELU as one op on float tensors: a compiled pass each way (_kernels/gelu.py), float32

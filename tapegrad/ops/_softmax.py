@@ -9,56 +9,51 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _kernels as K
 from .._amp import upper
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
+from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ._common import as_tensor, check_axis
 from ._reduce import _max_shift_fwd
 
 
-def _last(x: Any, axis: int) -> bool:
-    """Whether the compiled row kernels cover this call (the last axis, numpy float arrays)."""
-    return axis in (-1, x.ndim - 1) and x.size > 0 and K.usable(x)
-
-
-def _softmax_fwd(x: Any, axis: int) -> Any:
-    if _last(x, axis):  # one pass per row
-        from .._kernels import softmax  # noqa: PLC0415
-
-        return softmax.softmax(x, log=False)
+def _softmax(x: Any, axis: int) -> Any:
     e = np.subtract(x, _max_shift_fwd(x, axis))
     np.exp(e, out=e)
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
 
-def _log_softmax_fwd(x: Any, axis: int) -> Any:
-    if x.size == 0:  # an empty result (without numpy's warning for the log of an empty sum)
-        return x.copy()
-    if _last(x, axis):
-        from .._kernels import softmax  # noqa: PLC0415
-
-        return softmax.softmax(x, log=True)
+def _log_softmax(x: Any, axis: int) -> Any:
     z = x - _max_shift_fwd(x, axis)
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
-def _softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
-    if not xp.tensors and _last(ans, axis) and K.usable(g, ans):
-        from .._kernels import softmax  # noqa: PLC0415
+def _softmax_fwd(x: Any, axis: int) -> Any:
+    return dispatch("softmax", _softmax, x, axis)
 
-        return softmax.softmax_grad(g, ans, log=False)
+
+def _log_softmax_fwd(x: Any, axis: int) -> Any:
+    if x.size == 0:  # an empty result (without numpy's warning for the log of an empty sum)
+        return x.copy()
+    return dispatch("log_softmax", _log_softmax, x, axis)
+
+
+def _softmax_grad(xp: Any, g: Any, ans: Any, axis: int) -> Any:
     return ans * (g - xp.sum(g * ans, axis=axis, keepdims=True))
 
 
-def _log_softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
-    if not xp.tensors and _last(ans, axis) and K.usable(g, ans):
-        from .._kernels import softmax  # noqa: PLC0415
-
-        return softmax.softmax_grad(g, ans, log=True)
+def _log_softmax_grad(xp: Any, g: Any, ans: Any, axis: int) -> Any:
     return g - xp.exp(ans) * xp.sum(g, axis=axis, keepdims=True)
+
+
+def _softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    return dispatch("softmax_grad", _softmax_grad, xp, g, ans, axis)
+
+
+def _log_softmax_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    return dispatch("log_softmax_grad", _log_softmax_grad, xp, g, ans, axis)
 
 
 # compiled row kernels on arrays along the last axis (one pass per row forward and backward,

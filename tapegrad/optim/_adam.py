@@ -6,13 +6,9 @@ import math
 from typing import Any
 
 from .. import _backend as B
-from .. import _kernels as K
 from .._backend import np
+from .._kernels.registry import dispatch
 from ._optimizer import Optimizer
-
-# Elements from which a parameter takes the compiled update (_kernels/optim.py): one pass where
-# numpy makes nine, bit for bit the same; below, numba's dispatch costs more than it saves.
-LOOP_MIN = 4096
 
 
 class Adam(Optimizer):
@@ -90,17 +86,17 @@ class Adam(Optimizer):
         return st
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["step"] += 1
+        # one compiled pass on large float parameters (_kernels/optim.py), the same arithmetic
+        dispatch("adam", self.numpy_step, p, g, state, group)
+
+    def numpy_step(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """The update of ``p`` in place at step ``state["step"]`` (already counted), in numpy:
+        the reference of the compiled pass."""
         lr, eps = group["lr"], group["eps"]
         beta1, beta2 = group["betas"]
-        state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        if not group["amsgrad"] and K.usable(p) and p.size >= LOOP_MIN:
-            from .._kernels import optim as kernel  # noqa: PLC0415
-
-            if kernel.fits(p, g, m, v):  # one compiled pass, the same arithmetic
-                kernel.adam(p, g, m, v, group, t)
-                return
         d = self.weight_decay(p, g, group)
         s = self.tmp(p, 1)
         m *= beta1

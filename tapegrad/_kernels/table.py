@@ -1,0 +1,249 @@
+"""The kernel table: which compiled implementation serves which operation, and where it fits.
+
+One block per op family. Each ``register(op, name, fits, "module:function")`` names the
+operation a primitive dispatches (``registry.dispatch(op, reference, *args)``), a ``fits``
+taking the reference's arguments, and the kernel module's entry function, which takes them
+too. This module imports numpy only (``import tapegrad`` never imports numba): the kernel
+modules are imported when an entry first runs. A threshold in a ``fits`` carries the
+measurement that set it. ``fits`` receives Tensors when an outer tape records backward; the
+dtype check (``usable``) then says no and the reference runs.
+
+Entries that write into arrays they are given (``add_bias``, ``attention_softmax``,
+``attention_score_grad``, ``batched_matmul``, ``conv_unpack``: arrays their primitive has just
+made; ``adam``: the optimizer's parameter and moments) make one compiled call, so a
+``NotReady`` comes before their first write and the reference starts from the arrays as given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _kernels as _K
+from .._backend import np
+from .registry import register
+
+_USABLE = _K.usable
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def floats(*arrays: Any) -> bool:
+    """Numpy arrays of one float dtype (float32 or float64), None skipped: ``usable`` without
+    its selection check (the table is read only when the kernels are selected). A test that
+    replaces ``usable`` (to take the references) is obeyed."""
+    if _K.usable is not _USABLE:
+        return bool(_K.usable(*arrays))
+    dt = None
+    for a in arrays:
+        if a is None:
+            continue
+        if type(a) is not np.ndarray:
+            return False
+        if dt is None:
+            dt = a.dtype
+            if dt not in (_F32, _F64):
+                return False
+        elif a.dtype != dt:
+            return False
+    return True
+
+
+def flat_floats(p: Any, *arrays: Any) -> bool:
+    """Numpy float arrays of ``p``'s dtype and shape, all C-contiguous (loops index them
+    flat)."""
+    return (type(p) is np.ndarray and p.dtype in (np.float32, np.float64)
+            and p.flags.c_contiguous
+            and all(type(a) is np.ndarray and a.dtype == p.dtype and a.shape == p.shape
+                    and a.flags.c_contiguous for a in arrays))
+
+
+# -- elementwise activations (elementwise.py, activation.py, gelu.py) --------------------------
+def _act(x: Any, *_: Any) -> bool:
+    # above 4096 elements the loop's call costs less than numpy's extra pass (activation
+    # benchmarks, benchmarks/kernels.py)
+    return x.size >= 1 << 12 and floats(x) and x.flags.c_contiguous
+
+
+def _act_grad(g: Any, ans: Any, *_: Any) -> bool:
+    # one pass without a boolean mask; below 8192 elements numba's dispatch costs what the
+    # pass saves
+    return (g.size >= 1 << 13 and floats(g, ans) and g.shape == ans.shape
+            and g.flags.c_contiguous and ans.flags.c_contiguous)
+
+
+def _gelu_grad(xp: Any, g: Any, x: Any) -> bool:
+    # as _act_grad; a broadcast seed (the gradient of a sum) is copied by the entry: the
+    # float64 reference costs more
+    return (g.shape == x.shape and g.size >= 1 << 13 and floats(g, x)
+            and x.flags.c_contiguous)
+
+
+register("relu", "loop", _act, "elementwise:relu")
+register("leaky_relu", "loop", _act, "elementwise:leaky_relu")
+register("gelu", "loop", _act, "gelu:gelu")
+register("relu_grad", "loop", _act_grad, "activation:relu_grad")
+register("leaky_relu_grad", "loop", lambda xp, g, ans, slope: _act_grad(g, ans),
+         "activation:leaky_relu_grad_op")
+register("gelu_grad", "loop", _gelu_grad, "gelu:gelu_grad_op")
+
+
+# -- softmax along the last axis (softmax.py) -------------------------------------------------
+def _last(x: Any, axis: int) -> bool:
+    return axis in (-1, x.ndim - 1) and x.size > 0 and floats(x)
+
+
+register("softmax", "rows", _last, "softmax:softmax_last")
+register("log_softmax", "rows", _last, "softmax:log_softmax_last")
+register("softmax_grad", "rows", lambda xp, g, ans, axis: _last(ans, axis) and floats(g, ans),
+         "softmax:softmax_grad_last")
+register("log_softmax_grad", "rows",
+         lambda xp, g, ans, axis: _last(ans, axis) and floats(g, ans),
+         "softmax:log_softmax_grad_last")
+
+
+# -- losses (softmax.py, elementwise.py) ------------------------------------------------------
+def ce_fits(x: Any, t: Any, coef: Any, *_: Any) -> bool:
+    """(N, C) C-contiguous float logits, int64 class indices, coefficients of x's dtype."""
+    return (x.ndim == 2 and floats(x, coef) and x.flags.c_contiguous
+            and type(t) is np.ndarray and t.dtype == np.int64)
+
+
+def ce_probs_fits(x: Any, t: Any, *_: Any) -> bool:
+    return floats(x, t) and x.flags.c_contiguous and t.flags.c_contiguous
+
+
+def bce_fits(x: Any, t: Any, *_: Any) -> bool:
+    return floats(x, t) and x.shape == t.shape and x.flags.c_contiguous and t.flags.c_contiguous
+
+
+register("cross_entropy", "rows", ce_fits, "softmax:cross_entropy")
+register("cross_entropy_grad", "rows",
+         lambda x, g, t, coef, total: ce_fits(x, t, coef) and floats(x, g),
+         "softmax:cross_entropy_grad_op")
+register("ce_targets", "one pass", lambda x, t, c, ignore_index: floats(x),
+         "softmax:ce_targets_op")
+register("cross_entropy_probs", "rows", ce_probs_fits, "softmax:cross_entropy_probs")
+register("cross_entropy_probs_grad", "rows",
+         lambda xp, g, x, t, scale, total, i: ce_probs_fits(x, t) and floats(g, x),
+         "softmax:cross_entropy_probs_grad_op")
+register("outside_unit", "loop", lambda a: floats(a) and a.flags.c_contiguous,
+         "elementwise:outside_unit")
+register("binary_cross_entropy", "loop", bce_fits, "elementwise:bce_probs")
+register("binary_cross_entropy_with_logits", "loop", bce_fits, "elementwise:bce_with_logits")
+register("binary_cross_entropy_grad", "loop",
+         lambda xp, g, x, t, scale, i, logits: bce_fits(x, t) and floats(g, x),
+         "elementwise:bce_grad_op")
+
+
+# -- linear's bias, gathers' scatter-add (elementwise.py, gather.py) --------------------------
+def _add_bias(y: Any, b: Any) -> bool:
+    # from 16384 elements: below, numba's dispatch costs what the loop saves
+    return (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and floats(y, b)
+            and y.flags.c_contiguous and b.flags.c_contiguous)
+
+
+register("add_bias", "loop", _add_bias, "elementwise:add_rows")
+register("scatter_add_rows", "one pass",
+         lambda g2, idx, n, presorted: bool(idx.size) and floats(g2) and idx.dtype.kind in "iu",
+         "gather:scatter_add_rows_op")
+
+
+# -- layer norm, batch norm (layernorm.py, batchnorm.py) --------------------------------------
+register("layer_norm", "rows", lambda x, w, b, m, eps: floats(x, w, b), "layernorm:layer_norm")
+register("layer_norm_grad", "rows",
+         lambda xp, g, x, w, m, ns, eps, needs: floats(g, x, w),
+         "layernorm:layer_norm_grad_op")
+register("batch_norm", "channels", lambda x, w, b, eps: floats(x, w, b),
+         "batchnorm:batch_norm_y")
+register("batch_norm_grad", "channels", lambda xp, g, x, w, eps, needs: floats(g, x, w),
+         "batchnorm:batch_norm_grad_op")
+register("batch_stats", "channels", floats, "batchnorm:channel_mean_var")
+
+
+# -- pooling (pool.py) ------------------------------------------------------------------------
+def _pool2(geom: Any) -> bool:
+    """2x2 windows, stride 2, no padding or dilation: the kernels' geometry."""
+    return (geom.kernel == (2, 2) and geom.stride == (2, 2) and geom.dilation == (1, 1)
+            and geom.padding == ((0, 0), (0, 0)))
+
+
+register("max_pool2d", "2x2", lambda x, geom: floats(x) and _pool2(geom), "pool:max_pool")
+register("max_pool2d_grad", "2x2", lambda g, x, out, geom: floats(g, x, out) and _pool2(geom),
+         "pool:max_pool_grad")
+
+
+# -- attention (bmm.py, attention.py, attention_heads.py) -------------------------------------
+HEADS_MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/design.md)
+HEADS_MAX_WIDTH = 64  # a head's width
+
+
+def heads_fits(qkv: Any, mask: Any, *_: Any) -> bool:
+    """Packed (B, L, 3, H, D) C-contiguous with small heads (short sequences, head widths a
+    multiple of 8), a 4-D mask or none."""
+    if not (floats(qkv, mask) and qkv.flags.c_contiguous and (mask is None or mask.ndim == 4)):
+        return False
+    n_l, d = qkv.shape[1], qkv.shape[4]
+    return 1 <= n_l <= HEADS_MAX_LEN and d % 8 == 0 and 8 <= d <= HEADS_MAX_WIDTH
+
+
+register("batched_matmul", "threads", floats, "bmm:batched_matmul")
+register("attention_softmax", "rows", lambda s, mask, scale: floats(s, mask),
+         "attention:softmax_rows_op")
+register("attention_score_grad", "rows",
+         lambda p, ds, g, out, scale, dmask: floats(p, ds, g, out),
+         "attention:score_grad_rows")
+register("attention_qkv", "small heads", heads_fits, "attention_heads:forward_op")
+register("attention_qkv_grad", "small heads",
+         lambda xp, g, ans, qkv, mask, scale, needs, keep: bool(needs[0]) and heads_fits(qkv, mask),
+         "attention_heads:backward_op")
+
+
+# -- convolutions' layout passes (conv.py) ---------------------------------------------------
+register("im2col", "one pass", lambda x, geom: floats(x), "conv:im2col")
+register("col2im", "one pass", lambda cols, geom: floats(cols), "conv:col2im")
+register("conv_unpack", "one pass", lambda y, b, out: floats(y, b), "conv:unpack")
+register("conv_pack", "one pass", lambda g, groups: floats(g), "conv:pack_groups")
+# one pass per plane: about 2x numpy's strided sum, float64 accumulation
+register("conv_bias_grad", "planes", floats, "conv:channel_sum")
+
+
+# -- optimizers (optim.py) --------------------------------------------------------------------
+def _adam(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
+    # from 4096 elements: one pass where numpy makes nine, bit for bit the same; below,
+    # numba's dispatch costs more than it saves
+    return (not group["amsgrad"] and p.size >= 4096
+            and flat_floats(p, g, state["exp_avg"], state["exp_avg_sq"]))
+
+
+register("adam", "loop", _adam, "optim:adam_step")
+
+
+# -- recurrent layers (rnn.py): a layer-direction's whole sequence, forward and backward ------
+_RNN_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _c_floats(*arrays: Any) -> bool:
+    """numpy arrays (None skipped), C-contiguous, of one float dtype: what the kernels read."""
+    dt = None
+    for a in arrays:
+        if a is None:
+            continue
+        if type(a) is not np.ndarray or not a.flags.c_contiguous or a.dtype not in _RNN_FLOATS:
+            return False
+        if dt is None:
+            dt = a.dtype
+        elif a.dtype != dt:
+            return False
+    return True
+
+
+def _seq_fits(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> bool:
+    return _c_floats(gi, h0, c0, w_hh, b_hh) and gi.shape[0] > 0
+
+
+def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> bool:
+    return _c_floats(g, y, ws, h0, c0, w_hh) and y.shape[0] > 0
+
+
+for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
+    register(_op, "numba", _seq_fits, f"rnn:{_op}")
+    register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")

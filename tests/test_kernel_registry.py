@@ -1,0 +1,289 @@
+"""The kernel registry: every registered implementation against its numpy reference.
+
+One sample case per registered operation (the reference a primitive dispatches with, and small
+arguments its implementation fits), run in float32 and float64: the implementation's result
+equals the reference's bit for bit where the arithmetic is the same (``exact``), else to float
+rounding. A registered implementation without a case fails the walk. A kernel that raises
+``NotReady`` (machine code still compiling) leaves the call to its reference, and
+``TAPEGRAD_KERNELS=numpy`` leaves the table unused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad import _kernels
+from tapegrad._autodiff import ARRAYS
+from tapegrad._kernels import registry
+from tapegrad.nn import _f_attention as A
+from tapegrad.nn import _f_common as C
+from tapegrad.nn import _f_conv as CV
+from tapegrad.nn import _f_linear as LIN
+from tapegrad.nn import _f_loss as L
+from tapegrad.nn import _f_norm as N
+from tapegrad.nn import _f_pool as P
+from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _softmax as SM
+
+numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
+
+
+def _r(seed: int, shape: tuple[int, ...], dtype: type, lo: float = -3.0, hi: float = 3.0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+def _probs(seed: int, shape: tuple[int, ...], dtype: type):
+    e = np.exp(_r(seed, shape, np.float64))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(dtype)
+
+
+def _ce_targets_ref(x, t, c, ignore_index):
+    """What ``cross_entropy`` computes without the one-pass preparation (``_no_prep``)."""
+    safe, valid, w = L._valid_and_weights(t, c, None, ignore_index, x.dtype, "cross_entropy")
+    return safe, w, int(np.count_nonzero(valid)), -1
+
+
+def _geom(x):
+    return P._pool_args(tg.tensor(x), 2, None, 0, 1, False, "max_pool2d")
+
+
+_CONV = CV.Geom((2, 3, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (6, 6))
+
+
+def _adam_case(dt):
+    p = _r(40, (64, 64), dt)
+    opt = tg.optim.Adam([tg.Parameter(p.copy())], lr=0.01, weight_decay=0.1)
+    state = {"step": 3, "exp_avg": _r(41, p.shape, dt), "exp_avg_sq": _r(42, p.shape, dt, 0, 1)}
+    return opt.numpy_step, (p, _r(43, p.shape, dt), state, opt.param_groups[0])
+
+
+def _heads(dt):
+    qkv = _r(30, (2, 6, 3, 2, 8), dt)
+    out = A._attn_qkv(qkv, None, 0.35, None)
+    return qkv, out
+
+
+# op -> (exact, (dtype) -> (reference, args)); in-place operations are compared on what they
+# write (the arguments are copied for each run)
+CASES = {
+    "relu": (True, lambda dt: (E._relu, (_r(1, (64, 64), dt),))),
+    "leaky_relu": (True, lambda dt: (E._leaky, (_r(1, (64, 64), dt), 0.1))),
+    "gelu": (False, lambda dt: (E._gelu_np, (_r(1, (64, 64), dt),))),
+    "relu_grad": (True, lambda dt: (E._relu_grad, (_r(2, (128, 64), dt), _r(3, (128, 64), dt)))),
+    "leaky_relu_grad": (True, lambda dt: (
+        E._leaky_grad, (ARRAYS, _r(2, (128, 64), dt), _r(3, (128, 64), dt), 0.1))),
+    "gelu_grad": (False, lambda dt: (
+        E._gelu_grad, (ARRAYS, _r(2, (128, 64), dt), _r(3, (128, 64), dt)))),
+    "softmax": (False, lambda dt: (SM._softmax, (_r(4, (6, 10), dt), -1))),
+    "log_softmax": (False, lambda dt: (SM._log_softmax, (_r(4, (6, 10), dt), 1))),
+    "softmax_grad": (False, lambda dt: (
+        SM._softmax_grad, (ARRAYS, _r(5, (6, 10), dt), _probs(6, (6, 10), dt), -1))),
+    "log_softmax_grad": (False, lambda dt: (
+        SM._log_softmax_grad, (ARRAYS, _r(5, (6, 10), dt), np.log(_probs(6, (6, 10), dt)), -1))),
+    "cross_entropy": (False, lambda dt: (L._ce, (
+        _r(7, (6, 10), dt), np.arange(6, dtype=np.int64), np.full(6, 1 / 6, dt), True))),
+    "cross_entropy_grad": (False, lambda dt: (L._ce_grad, (
+        _r(7, (6, 10), dt), _r(8, (6,), dt), np.arange(6, dtype=np.int64), np.full(6, 0.5, dt),
+        False))),
+    "ce_targets": (True, lambda dt: (_ce_targets_ref, (
+        _r(7, (6, 10), dt), np.array([0, 3, -100, 9, 2, -100], np.int64), 10, -100))),
+    "cross_entropy_probs": (False, lambda dt: (L._ce_probs, (
+        _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, True))),
+    "cross_entropy_probs_grad": (False, lambda dt: (L._ce_probs_grad, (
+        ARRAYS, _r(8, (6,), dt), _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, False, 0))),
+    "outside_unit": (True, lambda dt: (L._outside_unit_np, (_r(10, (5, 7), dt, 0.0, 1.0),))),
+    "binary_cross_entropy": (False, lambda dt: (L._bce, (
+        _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1), 1 / 32, True))),
+    "binary_cross_entropy_with_logits": (False, lambda dt: (L._bce_logits, (
+        _r(11, (4, 8), dt), _r(12, (4, 8), dt, 0, 1), 1.0, False))),
+    "binary_cross_entropy_grad": (False, lambda dt: (L._bce_grad, (
+        ARRAYS, _r(13, (4, 8), dt), _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1),
+        1.0, 0, False))),
+    "add_bias": (True, lambda dt: (LIN._add_bias_np, (_r(14, (128, 128), dt), _r(15, (128,), dt)))),
+    "scatter_add_rows": (False, lambda dt: (C._segment_rows_np, (
+        _r(16, (20, 3), dt), np.random.default_rng(17).integers(0, 6, 20), 6, False))),
+    "layer_norm": (False, lambda dt: (N._ln, (
+        _r(18, (4, 8), dt), _r(19, (8,), dt), _r(20, (8,), dt), 8, 1e-5))),
+    "layer_norm_grad": (False, lambda dt: (N._ln_grad, (
+        ARRAYS, _r(21, (4, 8), dt), _r(18, (4, 8), dt), _r(19, (8,), dt), 8, (8,), 1e-5,
+        (True, True, True)))),
+    "batch_norm": (False, lambda dt: (N._bn, (
+        _r(22, (4, 3, 5, 5), dt), _r(23, (3,), dt), _r(24, (3,), dt), 1e-5))),
+    "batch_norm_grad": (False, lambda dt: (N._bn_grad, (
+        ARRAYS, _r(25, (4, 3, 5, 5), dt), _r(22, (4, 3, 5, 5), dt), _r(23, (3,), dt), 1e-5,
+        (True, True, True)))),
+    "batch_stats": (False, lambda dt: (N._batch_stats_np, (_r(22, (4, 3, 5, 5), dt),))),
+    "max_pool2d": (True, lambda dt: (P._max_pool, (_r(26, (2, 3, 8, 8), dt), _geom(
+        _r(26, (2, 3, 8, 8), dt))))),
+    "max_pool2d_grad": (True, lambda dt: (P._max_pool_grad, (
+        _r(27, (2, 3, 4, 4), dt), _r(26, (2, 3, 8, 8), dt),
+        P._max_pool(_r(26, (2, 3, 8, 8), dt), _geom(_r(26, (2, 3, 8, 8), dt))),
+        _geom(_r(26, (2, 3, 8, 8), dt))))),
+    "batched_matmul": (False, lambda dt: (A._matmul_np, (
+        _r(28, (2, 3, 5, 4), dt), _r(29, (2, 3, 4, 6), dt), None))),
+    "attention_softmax": (False, lambda dt: (A._scores_to_probs, (
+        _r(28, (2, 2, 5, 5), dt), _r(29, (2, 2, 5, 5), dt), 0.5))),
+    "attention_score_grad": (False, lambda dt: (A._score_grad, (
+        _probs(30, (2, 2, 5, 5), dt), _r(31, (2, 2, 5, 5), dt), _r(32, (2, 2, 5, 4), dt),
+        _r(33, (2, 2, 5, 4), dt), 0.5, np.empty((2, 2, 5, 5), dt)))),
+    "attention_qkv": (False, lambda dt: (A._attn_qkv, (_heads(dt)[0], None, 0.35, None))),
+    "attention_qkv_grad": (False, lambda dt: (A._attn_qkv_grad, (
+        ARRAYS, _r(34, (2, 2, 6, 8), dt), _heads(dt)[1], _heads(dt)[0], None, 0.35,
+        (True, False), None))),
+    "im2col": (True, lambda dt: (CV._im2col, (_r(35, (2, 3, 6, 6), dt), _CONV))),
+    "col2im": (True, lambda dt: (CV._col2im, (_r(36, (27, 72), dt), _CONV))),
+    "conv_unpack": (True, lambda dt: (CV._unpack, (
+        _r(37, (1, 4, 72), dt), _r(38, (4,), dt), np.empty((2, 4, 6, 6), dt)))),
+    "conv_pack": (True, lambda dt: (CV._pack, (_r(39, (2, 4, 6, 6), dt), 2))),
+    "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
+    "adam": (True, _adam_case),
+}
+
+
+def _copy(a):
+    if type(a) is tuple:  # the arguments (a geometry, a named tuple, is a value)
+        return tuple(_copy(v) for v in a)
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if isinstance(a, dict):
+        return {k: _copy(v) for k, v in a.items()}
+    return a
+
+
+def _leaves(x):
+    """The arrays and numbers of a result, or of the arguments an in-place run wrote."""
+    if isinstance(x, (tuple, list)):
+        return [v for item in x for v in _leaves(item)]
+    if isinstance(x, dict):
+        return [v for k in sorted(x) for v in _leaves(x[k])]
+    if x is None or isinstance(x, (np.ndarray, int, float, np.number)):
+        return [x]
+    return []  # the optimizer's group: its parameters, not the arrays it updates
+
+
+def _same(got, want, exact: bool, dtype) -> None:
+    if exact:
+        np.testing.assert_array_equal(got, want)
+        return
+    tol = 1e-10 if dtype == np.float64 else 2e-5
+    g64 = np.asarray(got, np.float64)
+    w64 = np.asarray(want, np.float64)
+    np.testing.assert_allclose(g64, w64, rtol=tol, atol=tol * max(1.0, float(np.abs(w64).max(
+        initial=0.0))))
+
+
+def test_every_registered_implementation_has_a_case():
+    missing = sorted({impl.op for impl in registry.implementations()} - set(CASES))
+    assert not missing, f"registered implementations without a sample case here: {missing}"
+    unknown = sorted(set(CASES) - {impl.op for impl in registry.implementations()})
+    assert not unknown, f"cases for operations nothing registers: {unknown}"
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_implementation_equals_its_reference(op, dtype):
+    exact, case = CASES[op]
+    reference, args = case(dtype)
+    for impl in registry.implementations(op):
+        assert impl.fits(*args), f"{impl}: the sample case does not fit it"
+        a_ref, a_run = _copy(args), _copy(args)
+        want = reference(*a_ref)
+        got = impl.run(*a_run)
+        if want is None:  # in place: compare what each wrote
+            assert got is None, f"{impl} returned a value where its reference writes in place"
+            want, got = a_ref, a_run
+        wl, gl = _leaves(want), _leaves(got)
+        assert len(wl) == len(gl), f"{impl}: {len(gl)} results, its reference {len(wl)}"
+        for w, g in zip(wl, gl, strict=True):
+            if w is None or g is None:
+                assert w is None and g is None, impl
+            elif isinstance(w, np.ndarray) or isinstance(g, np.ndarray):
+                assert np.shape(g) == np.shape(w), f"{impl}: shape {np.shape(g)}, not {np.shape(w)}"
+                _same(g, w, exact, dtype)
+            else:
+                assert g == w or _same(g, w, exact, dtype) is None, impl
+
+
+@numba_only
+def test_gradient_implementations_leave_tensors_to_the_reference():
+    # an outer tape recording backward hands Tensors: no kernel fits, the reference records
+    g, ans = tg.tensor(_r(2, (128, 64), np.float32)), tg.tensor(_r(3, (128, 64), np.float32))
+    for impl in registry.implementations("relu_grad"):
+        assert not impl.fits(g, ans)
+    xt = tg.tensor(_r(1, (128, 64), np.float64))
+    with tg.Tape() as outer:
+        outer.watch(xt)
+        with tg.Tape() as inner:
+            inner.watch(xt)
+            y = tg.gelu(xt).sum()
+        (dx,) = inner.gradient(y, [xt])
+        s = dx.sum()
+    (ddx,) = outer.gradient(s, [xt])
+    x = xt.numpy()
+    pdf = np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(ddx.numpy(), pdf * (2 - x * x), rtol=1e-9, atol=1e-12)
+
+
+class _Compiling(registry.Impl):
+    """An implementation whose machine code is never ready."""
+
+    __slots__ = ("calls",)
+
+    def run(self, *args):
+        self.calls += 1
+        raise registry.NotReady
+
+
+def test_not_ready_falls_back_to_the_reference(monkeypatch):
+    fake = _Compiling("relu", "compiling", lambda x: True, "elementwise:relu")
+    fake.calls = 0
+    monkeypatch.setitem(registry._TABLE, "relu", [fake, *registry._TABLE.get("relu", [])])
+    monkeypatch.setattr(registry, "_ACTIVE", [registry._TABLE])  # as when numba is selected
+    x = _r(1, (64, 64), np.float32)
+    seen = []
+    out = registry.dispatch("relu", lambda a: (seen.append(a), np.maximum(a, 0))[1], x)
+    assert fake.calls == 1 and len(seen) == 1 and seen[0] is x
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+
+
+def test_nothing_fits_takes_the_reference(monkeypatch):
+    calls = []
+    impl = registry.Impl("test_op", "never", lambda *a: False, "elementwise:relu")
+    monkeypatch.setitem(registry._TABLE, "test_op", [impl])
+    monkeypatch.setattr(registry, "_ACTIVE", [registry._TABLE])
+    assert registry.dispatch("test_op", lambda a, b: calls.append((a, b)) or a + b, 2, 3) == 5
+    assert calls == [(2, 3)]
+
+
+def test_register_names_a_module_function():
+    with pytest.raises(ValueError, match="module:function"):
+        registry.register("relu", "bad", lambda x: True, "elementwise.relu")
+
+
+def test_numpy_selection_leaves_the_table_unused():
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import tapegrad as tg\n"
+        "from tapegrad._kernels import registry\n"
+        "x = tg.tensor(np.linspace(-2, 2, 8192, dtype=np.float32).reshape(64, 128))\n"
+        "with tg.Tape() as tape:\n"
+        "    tape.watch(x)\n"
+        "    y = tg.softmax(tg.relu(x), axis=-1).sum() + tg.gelu(x).sum()\n"
+        "(g,) = tape.gradient(y, [x])\n"
+        "assert registry._ACTIVE[0] == {} and registry.implementations(), registry._ACTIVE\n"
+        "assert 'numba' not in sys.modules, 'numba was imported'\n"
+        "print('references only')\n"
+    )
+    env = {**os.environ, "TAPEGRAD_KERNELS": "numpy"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "references only"
