@@ -20,12 +20,14 @@ from ._common import as_tensor, check_axis
 
 F = TypeVar("F", bound=Callable[..., Any])
 _RENAMES = (("dim", "axis"), ("keepdim", "keepdims"), ("start_dim", "start_axis"),
-            ("end_dim", "end_axis"))  # fmt: skip
+            ("end_dim", "end_axis"), ("dims", "axis"), ("shifts", "shift"),
+            ("diagonal", "k"))  # fmt: skip
 
 
 def with_dim(f: F) -> F:
-    """``f`` accepting PyTorch's ``dim`` / ``keepdim`` (and ``start_dim`` / ``end_dim``) for
-    numpy's ``axis`` / ``keepdims`` (``start_axis`` / ``end_axis``)."""
+    """``f`` accepting PyTorch's ``dim`` / ``keepdim`` (and ``start_dim`` / ``end_dim``, ``dims``,
+    ``shifts``, ``diagonal``) for numpy's ``axis`` / ``keepdims`` (``start_axis`` / ``end_axis``,
+    ``axis``, ``shift``, ``k``)."""
 
     @functools.wraps(f)
     def g(*args: Any, **kwargs: Any) -> Any:
@@ -77,7 +79,7 @@ eq, ne, lt, le, gt, ge = E.equal, E.not_equal, E.less, E.less_equal, E.greater, 
 DIM_OPS = (
     "sum prod mean amax amin logsumexp cumsum cumprod norm all any softmax log_softmax squeeze "
     "expand_dims unsqueeze flip roll concatenate concat stack take_along_axis chunk flatten "
-    "moveaxis"
+    "moveaxis argmax argmin argsort cross tril triu"
 ).split()
 
 
