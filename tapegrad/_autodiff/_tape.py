@@ -344,7 +344,7 @@ def backward(t: Tensor, output_gradients: Any = None) -> Gradients:
     return live[0].gradient(t, output_gradients=output_gradients)
 
 
-def trace(x: Tensor, tape: Tape) -> Tensor:
+def trace(x: Tensor, tape: Tape | None = None) -> Tensor:
     """A new leaf with ``x``'s values on ``tape`` (dfdx's ``x.trace(grads)``); opens the tape.
 
     The new leaf is an identity of ``x`` recorded on ``x``'s own tapes, so traces nest (an
@@ -357,6 +357,12 @@ def trace(x: Tensor, tape: Tape) -> Tensor:
     >>> tape.gradient(y, x).tolist()
     [2.0, 4.0]
     """
+    if tape is None:
+        raise TypeError(
+            "trace: tg.trace(x, tape) / x.trace(tape) puts x on a tape (here the tape is "
+            "missing); numpy's and PyTorch's trace(x), the sum of the diagonal, is "
+            "tg.linalg.trace(x)"
+        )
     if not isinstance(tape, Tape):
         raise TypeError(f"trace: expected a tg.Tape, got {type(tape).__name__}")
     if x._data.dtype.kind not in "fc":
