@@ -1,0 +1,112 @@
+"""The differential test: each callable name tapegrad shares with torch, torch.Tensor,
+torch.nn.functional and numpy is called in both with generated arguments (1-, 2- and 3-d, every
+positional and keyword form of its recipe in tests/differential_cases.py); the values, shape,
+dtype and gradient must be equal, or tapegrad must refuse with its own error. A divergence fails,
+unless it is listed (with its reason) as deliberate or as open in differential_cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from differential_cases import (
+    DELIBERATE,
+    LIBS,
+    OPEN,
+    RECIPES,
+    ROOT,
+    SURFACES,
+    classify,
+    make_inputs,
+    outcome,
+    shared_names,
+    table,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+
+SETTINGS = settings(max_examples=3, derandomize=True, deadline=None, database=None)
+
+CASES = [
+    (surface, name)
+    for surface in SURFACES
+    for name in sorted(RECIPES[surface])
+    if (surface, name) not in OPEN
+    and hasattr(tg.Tensor if surface == "Tensor" else LIBS[surface][1], name)
+]
+
+
+@pytest.mark.parametrize(("surface", "name"), CASES, ids=[f"{s}.{n}" for s, n in CASES])
+@SETTINGS
+@given(data=st.data())
+def test_shared_name_means_the_same_or_raises(surface, name, data):
+    recipe = RECIPES[surface][name]
+    rank = data.draw(st.sampled_from(recipe.ranks), label="rank")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    xs = make_inputs(np.random.default_rng(seed), recipe, rank)
+    for i in range(len(recipe.forms)):
+        status, detail = outcome(surface, name, recipe, xs, i)
+        if status == "differs" and (surface, name) in DELIBERATE:
+            continue
+        assert status in ("same", "raises", "skip"), (
+            f"{surface}.{name} form {i} on shapes {[x.shape for x in xs]}: {status}: {detail}"
+        )
+
+
+def test_the_surface_is_enumerated_and_each_name_has_a_row():
+    rows = table()
+    for surface in SURFACES:
+        names = shared_names(surface)
+        assert len(names) > 50, surface
+        for n in names:
+            assert f"| `{n}` |" in rows
+    assert sum(len(r) for r in RECIPES.values()) > 300
+
+
+@pytest.mark.parametrize("key", sorted(OPEN), ids=[f"{s}.{n}" for s, n in sorted(OPEN)])
+def test_open_divergences_are_still_there(key):
+    """An open entry that now means the same should leave the list (and the table says so)."""
+    status, _ = classify(*key)
+    assert status in ("differs", "raises a generic error"), f"{key} is fixed: remove it from OPEN"
+
+
+@pytest.mark.parametrize("key", sorted(DELIBERATE), ids=[f"{s}.{n}" for s, n in DELIBERATE])
+def test_deliberate_differences_still_differ(key):
+    status, _ = classify(*key)
+    assert status != "same", f"{key} now means the same: remove it from DELIBERATE"
+
+
+def test_trace_without_a_tape_names_both_meanings():
+    x = tg.tensor(np.eye(3, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"tg\.linalg\.trace\(x\)") as e:
+        x.trace()
+    assert "puts x on a tape" in str(e.value)
+    assert float(tg.linalg.trace(x)) == 3.0
+
+
+def test_torch_keywords_dims_shifts_diagonal_and_dim_on_arg_functions():
+    import torch
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, t = tg.tensor(a), torch.tensor(a)
+    assert np.array_equal(tg.flip(x, dims=(0,)).numpy(), torch.flip(t, dims=(0,)).numpy())
+    assert np.array_equal(
+        tg.roll(x, shifts=1, dims=1).numpy(), torch.roll(t, shifts=1, dims=1).numpy()
+    )
+    assert np.array_equal(x.triu(diagonal=1).numpy(), t.triu(diagonal=1).numpy())
+    assert np.array_equal(tg.argmax(x, dim=1).numpy(), torch.argmax(t, dim=1).numpy())
+    assert np.array_equal(tg.argsort(x, dim=0).numpy(), torch.argsort(t, dim=0).numpy())
+    with pytest.raises(TypeError, match="not both"):
+        tg.flip(x, dims=(0,), axis=1)
+
+
+def test_committed_table_matches_the_generator():
+    text = (ROOT / "docs" / "from_pytorch.md").read_text()
+    from differential_cases import BEGIN, END
+
+    assert BEGIN in text and END in text, "run python tests/differential_cases.py"
+    committed = BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END
+    assert committed == table(), (
+        "docs/from_pytorch.md's differential table is stale: run python tests/differential_cases.py"
+    )
