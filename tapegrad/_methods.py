@@ -546,8 +546,8 @@ def _bind_torch_names() -> None:
         "index_select": TN.index_select,
         "masked_fill": TN.masked_fill,
         "topk": TN.topk,
-        "index_add": S.index_add,
-        "scatter_add": S.scatter_add,
+        "index_add": TN.with_dim(S.index_add),
+        "scatter_add": TN.with_dim(S.scatter_add),
         "numel": lambda self: self._data.size,
         "dim": lambda self: self._data.ndim,
     }

@@ -79,7 +79,7 @@ eq, ne, lt, le, gt, ge = E.equal, E.not_equal, E.less, E.less_equal, E.greater, 
 DIM_OPS = (
     "sum prod mean amax amin logsumexp cumsum cumprod norm all any softmax log_softmax squeeze "
     "expand_dims unsqueeze flip roll concatenate concat stack take_along_axis chunk flatten "
-    "moveaxis argmax argmin argsort cross tril triu"
+    "moveaxis argmax argmin argsort cross tril triu index_add scatter_add"
 ).split()
 
 
