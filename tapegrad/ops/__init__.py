@@ -357,12 +357,14 @@ from ._torch_names import (
     repeat_interleave,
     topk,
     with_dim,
+    with_unbiased,
 )
 
 # --- PyTorch's spellings: dim= / keepdim= on the public ops (the modules' own stay plain) ----
 for _name in DIM_OPS:
     if _name in globals():
         globals()[_name] = with_dim(globals()[_name])
+std, var = with_unbiased(std), with_unbiased(var)
 __all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne", "set_fp_warnings"]
 __all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
 

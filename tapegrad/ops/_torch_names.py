@@ -44,6 +44,20 @@ def with_dim(f: F) -> F:
     return g  # type: ignore[return-value]
 
 
+def with_unbiased(f: F) -> F:
+    """``var`` / ``std`` accepting PyTorch's older ``unbiased=`` (``correction`` 1 or 0)."""
+
+    @functools.wraps(f)
+    def g(*args: Any, unbiased: bool | None = None, **kwargs: Any) -> Any:
+        if unbiased is not None:
+            if kwargs.get("correction") is not None:
+                raise TypeError(f"{f.__name__}: give correction= or unbiased=, not both")
+            kwargs["correction"] = 1 if unbiased else 0
+        return f(*args, **kwargs)
+
+    return g  # type: ignore[return-value]
+
+
 def cat(tensors: Any, dim: int = 0) -> Tensor:
     """PyTorch's name for ``concatenate``.
 
