@@ -242,6 +242,39 @@ def _torch_recipes() -> dict[str, Recipe]:
                         **grad0)  # fmt: skip
     r["empty_like"] = Recipe((lambda ns, x: meta(ns.empty_like(x)),), **grad0)
     r["no_grad"] = Recipe((_under_no_grad,), **grad0)
+    # more spellings of the common names: tuple dims, no dim, the other tensor
+    r["sum"] = Recipe(r["sum"].forms + (_fn("sum", dim=(0, -1)),))
+    r["amax"] = Recipe(r["amax"].forms + (_fn("amax", dim=(0, -1)), _fn("amax")))
+    r["mean"] = Recipe(r["mean"].forms + (_fn("mean", (0, -1), True),))
+    r["logsumexp"] = Recipe(r["logsumexp"].forms + (_fn("logsumexp", (0, -1)),))
+    r["std"] = Recipe(r["std"].forms + (_fn("std"), _fn("std", 0), _fn("std", correction=0),
+                                        _fn("std", dim=0, unbiased=False)), ranks=(2, 3))  # fmt: skip
+    r["var"] = Recipe(r["var"].forms + (_fn("var"), _fn("var", 0), _fn("var", correction=0),
+                                        _fn("var", dim=-1, correction=2)), ranks=(2, 3))  # fmt: skip
+    r["max"] = Recipe(
+        r["max"].forms
+        + (
+            lambda ns, x: ns.max(x, x * 0.5),
+            lambda ns, x: ns.max(x, 0),
+            lambda ns, x: ns.max(x, dim=0)[1],
+        )
+    )
+    r["min"] = Recipe(
+        r["min"].forms
+        + (lambda ns, x: ns.min(x, x * 0.5), lambda ns, x: ns.min(x, dim=0, keepdim=True)[0])
+    )
+    r["squeeze"] = Recipe(
+        r["squeeze"].forms
+        + (
+            lambda ns, x: ns.squeeze(x[None, None], (0, 1)),
+            lambda ns, x: ns.squeeze(x[None]),
+            lambda ns, x: ns.squeeze(x, 0),
+        )
+    )
+    r["flatten"] = Recipe(r["flatten"].forms + (_fn("flatten", 1),), ranks=(2, 3))
+    r["norm"] = Recipe(
+        r["norm"].forms + (_fn("norm", dim=(0, -1)), _fn("norm", p=1), _fn("norm", 3, -1, True))
+    )
     r["get_num_threads"] = Recipe((lambda ns, x: type(ns.get_num_threads()).__name__,), **grad0)
     r["set_default_dtype"] = Recipe((_default_float64,), **grad0)
     r["Tensor"] = Recipe((lambda ns, x: meta(ns.Tensor(2, 3)),), **grad0)
@@ -344,6 +377,38 @@ def _tensor_recipes() -> dict[str, Recipe]:
     r["new_full"] = Recipe((_meth("new_full", (2,), 3.0),), grad=False)
     r["new_tensor"] = Recipe((_meth("new_tensor", [1.0, 2.0]),), grad=False)
     r["new_empty"] = Recipe((lambda ns, x: meta(x.new_empty((2, 3))),), grad=False)
+    r["std"] = Recipe(r["std"].forms + (_meth("std"), _meth("std", 0), _meth("std", correction=0),
+                                        _meth("std", unbiased=True)), ranks=(2, 3))  # fmt: skip
+    r["var"] = Recipe(r["var"].forms + (_meth("var"), _meth("var", 1), _meth("var", correction=0)),
+                      ranks=(2, 3))  # fmt: skip
+    r["max"] = Recipe(
+        r["max"].forms
+        + (
+            lambda ns, x: x.max(x * 0.5),
+            lambda ns, x: x.max(0),
+            lambda ns, x: x.max(dim=0, keepdim=True)[1],
+        )
+    )
+    r["min"] = Recipe(r["min"].forms + (lambda ns, x: x.min(x * 0.5), lambda ns, x: x.min(-1)))
+    r["split"] = Recipe(
+        r["split"].forms + (lambda ns, x: x.split(2)[0], lambda ns, x: x.split(1, 0)[-1])
+    )
+    r["repeat"] = Recipe(
+        r["repeat"].forms + (lambda ns, x: x.repeat(3), lambda ns, x: x.repeat(2, *([1] * x.ndim)))
+    )
+    r["transpose"] = Recipe(r["transpose"].forms + (_meth("transpose", 1, 0),), ranks=(2, 3))
+    r["flatten"] = Recipe(r["flatten"].forms + (_meth("flatten", 1), _meth("flatten", 0, 1)),
+                          ranks=(2, 3))  # fmt: skip
+    r["sum"] = Recipe(r["sum"].forms + (_meth("sum", (0, -1)), _meth("sum", dim=(0,))))
+    r["mean"] = Recipe(r["mean"].forms + (_meth("mean", (0, -1), True),))
+    r["squeeze"] = Recipe(
+        r["squeeze"].forms
+        + (lambda ns, x: x[None, None].squeeze((0, 1)), lambda ns, x: x.squeeze(0))
+    )
+    r["norm"] = Recipe(r["norm"].forms + (_meth("norm", dim=(0, -1)), _meth("norm", 1)))
+    r["unsqueeze"] = Recipe(r["unsqueeze"].forms + (_meth("unsqueeze", 1),))
+    r["prod"] = Recipe(r["prod"].forms + (_meth("prod", dim=-1),))
+    r["cumsum"] = Recipe(r["cumsum"].forms + (_meth("cumsum", -1),))
     for n, args in (("add_", (1.5,)), ("sub_", (0.5,)), ("mul_", (2.0,)), ("div_", (2.0,)),
                     ("clamp_", (-0.5, 0.5)), ("fill_", (3.0,)), ("zero_", ())):  # fmt: skip
         r[n] = Recipe((lambda ns, x, n=n, args=args: getattr(x.clone(), n)(*args),), grad=False)
@@ -470,6 +535,52 @@ def _functional_recipes() -> dict[str, Recipe]:
                        ranks=(3,))  # fmt: skip
     r["bilinear"] = Recipe((lambda ns, x, y: ns.bilinear(x, y, (x.transpose(0, 1) @ y)[None]),),
                            n=2, ranks=(2,))  # fmt: skip
+    r["softmax"] = Recipe(r["softmax"].forms + (_fn("softmax"),))
+    r["log_softmax"] = Recipe(r["log_softmax"].forms + (_fn("log_softmax"),))
+    r["softmin"] = Recipe(r["softmin"].forms + (_fn("softmin"),))
+    r["pad"] = Recipe(
+        r["pad"].forms
+        + (
+            lambda ns, x: ns.pad(x, (1, 1), mode="reflect"),
+            lambda ns, x: ns.pad(x, (0, 2), "replicate"),
+            lambda ns, x: ns.pad(x, (1, 1, 1, 0)),
+        ),
+        ranks=(2, 3),
+    )
+    r["layer_norm"] = Recipe(
+        r["layer_norm"].forms
+        + (
+            lambda ns, x: ns.layer_norm(
+                x, x.shape[-1:], x.reshape(-1)[: x.shape[-1]] * 0 + 2, eps=1e-3
+            ),
+        )
+    )
+    r["cross_entropy"] = Recipe(
+        r["cross_entropy"].forms
+        + (
+            lambda ns, x: ns.cross_entropy(x, (x[:, 0] > 0).long(), ignore_index=1),
+            lambda ns, x: ns.cross_entropy(x[None].transpose(1, 2), (x[None, :, 0] > 0).long()),
+            lambda ns, x: ns.cross_entropy(x, (x[:, 0] > 0).long(), reduction="none"),
+        ),
+        ranks=(2,),
+    )
+    r["nll_loss"] = Recipe(
+        r["nll_loss"].forms
+        + (lambda ns, x: ns.nll_loss(x, (x[:, 1] > 0).long(), reduction="none"),),
+        ranks=(2,),
+    )
+    r["interpolate"] = Recipe(
+        r["interpolate"].forms
+        + (
+            lambda ns, x: ns.interpolate(x[None], scale_factor=2, mode="bilinear"),
+            lambda ns, x: ns.interpolate(x[None], size=(3, 5), mode="bilinear", align_corners=True),
+            lambda ns, x: ns.interpolate(x[None], size=(3, 5)),
+        ),
+        ranks=(3,),
+    )
+    r["normalize"] = Recipe(
+        r["normalize"].forms + (_fn("normalize", dim=0, eps=1e-3),), ranks=(2, 3)
+    )
     for n in ("dropout1d", "dropout2d", "dropout3d"):
         r[n] = Recipe((lambda ns, x, n=n: getattr(ns, n)(x, training=False),), ranks=(3,))
     r["max_pool1d"] = Recipe((_fn("max_pool1d", 2),), ranks=(2, 3))

@@ -133,3 +133,17 @@ def test_the_comparison_sees_wrong_values_and_wrong_gradients(monkeypatch):
     assert status == "differs" and "gradient of input 0" in detail
     monkeypatch.setattr(tg, "sin", lambda x: sin(x).astype(tg.float64))
     assert "dtype" in classify("torch", "sin")[1]
+
+
+def test_var_std_take_pytorchs_unbiased_keyword():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) ** 1.5
+    x, t = tg.tensor(a), torch.tensor(a)
+    for u in (True, False):
+        np.testing.assert_allclose(
+            tg.std(x, dim=0, unbiased=u).numpy(), torch.std(t, dim=0, unbiased=u).numpy(), 1e-6
+        )
+        np.testing.assert_allclose(
+            tg.var(x, 1, unbiased=u).numpy(), torch.var(t, 1, unbiased=u).numpy(), 1e-6
+        )
+    with pytest.raises(TypeError, match="not both"):
+        tg.var(x, correction=0, unbiased=True)
