@@ -409,6 +409,54 @@ def _tensor_recipes() -> dict[str, Recipe]:
     r["unsqueeze"] = Recipe(r["unsqueeze"].forms + (_meth("unsqueeze", 1),))
     r["prod"] = Recipe(r["prod"].forms + (_meth("prod", dim=-1),))
     r["cumsum"] = Recipe(r["cumsum"].forms + (_meth("cumsum", -1),))
+    # Python's operators and indexing
+    ops2 = {"__add__": lambda x, y: x + y, "__sub__": lambda x, y: x - y,
+            "__mul__": lambda x, y: x * y, "__truediv__": lambda x, y: x / y,
+            "__pow__": lambda x, y: x**y, "__lt__": lambda x, y: x < y,
+            "__le__": lambda x, y: x <= y, "__gt__": lambda x, y: x > y,
+            "__ge__": lambda x, y: x >= y, "__eq__": lambda x, y: x == y,
+            "__ne__": lambda x, y: x != y}  # fmt: skip
+    for n, op in ops2.items():
+        r[n] = Recipe(
+            (lambda ns, x, y, op=op: op(x, y), lambda ns, x, y, op=op: op(x, 2.0),
+             lambda ns, x, y, op=op: op(x, y[..., :1]), lambda ns, x, y, op=op: op(x, 3)),
+            n=2, domain="pos", grad=n[2] not in "lgen",
+        )  # fmt: skip
+    for n, op in (("__floordiv__", lambda x, y: x // y), ("__mod__", lambda x, y: x % y)):
+        r[n] = Recipe(
+            (
+                lambda ns, x, y, op=op: op(x - 1, y),
+                lambda ns, x, y, op=op: op(x - 1, 0.3),
+                lambda ns, x, y, op=op: op(x - 1, -0.7),
+            ),
+            n=2,
+            domain="pos",
+            grad=False,
+        )
+    r["__radd__"] = Recipe((lambda ns, x: 2 + x, lambda ns, x: 1.5 + x))
+    r["__rsub__"] = Recipe((lambda ns, x: 2 - x, lambda ns, x: 1.5 - x))
+    r["__rmul__"] = Recipe((lambda ns, x: 2 * x,))
+    r["__rtruediv__"] = Recipe((lambda ns, x: 2 / x,), domain="pos")
+    r["__rpow__"] = Recipe((lambda ns, x: 2.0**x, lambda ns, x: 0.5**x))
+    r["__neg__"] = Recipe((lambda ns, x: -x,))
+    r["__abs__"] = Recipe((lambda ns, x: abs(x),))
+    r["__matmul__"] = Recipe(
+        (lambda ns, x, y: x @ y.transpose(-2, -1), lambda ns, x, y: x[0] @ y.transpose(-2, -1)),
+        n=2, ranks=(2, 3),
+    )  # fmt: skip
+    r["__getitem__"] = Recipe(
+        (lambda ns, x: x[0], lambda ns, x: x[-1], lambda ns, x: x[..., 1],
+         lambda ns, x: x[1:], lambda ns, x: x[::2], lambda ns, x: x[None, 0],
+         lambda ns, x: x[[0, 1]], lambda ns, x: x[ns.tensor([1, 0, 1])],
+         lambda ns, x: x[x > 0], lambda ns, x: x[[True, False]] if len(x) == 2 else x[0],
+         lambda ns, x: x[..., [1, 0]], lambda ns, x: x[0, ..., [0, 1]],
+         lambda ns, x: x[[0, 1], ..., [1, 0]], lambda ns, x: x[:, None]),
+    )  # fmt: skip
+    r["__len__"] = Recipe((lambda ns, x: len(x),), grad=False)
+    r["__bool__"] = Recipe((lambda ns, x: bool(x.sum() > 0), lambda ns, x: bool(x[..., :1].reshape(-1)[0])),
+                           grad=False)  # fmt: skip
+    r["__float__"] = Recipe((lambda ns, x: round(float(x.sum()), 3),), grad=False)
+    r["__int__"] = Recipe((lambda ns, x: int(x.reshape(-1)[0] * 10),), grad=False)
     for n, args in (("add_", (1.5,)), ("sub_", (0.5,)), ("mul_", (2.0,)), ("div_", (2.0,)),
                     ("clamp_", (-0.5, 0.5)), ("fill_", (3.0,)), ("zero_", ())):  # fmt: skip
         r[n] = Recipe((lambda ns, x, n=n, args=args: getattr(x.clone(), n)(*args),), grad=False)
