@@ -31,6 +31,7 @@ def with_dim(f: F) -> F:
 
     @functools.wraps(f)
     def g(*args: Any, **kwargs: Any) -> Any:
+        torch_dim = "dim" in kwargs
         if kwargs:
             for torch_name, name in _RENAMES:
                 if torch_name in kwargs:
@@ -39,9 +40,30 @@ def with_dim(f: F) -> F:
                             f"{f.__name__}: give {name}= or {torch_name}= (PyTorch's name), not both"
                         )
                     kwargs[name] = kwargs.pop(torch_name)
+        if f.__name__ == "squeeze":
+            return _squeeze(f, torch_dim, *args, **kwargs)
         return f(*args, **kwargs)
 
     return g  # type: ignore[return-value]
+
+
+def _squeeze(f: Callable[..., Any], torch_dim: bool, x: Any, axis: Any = None) -> Any:
+    """``squeeze(x, dim=d)`` is PyTorch's (an axis whose size is not 1 stays); ``squeeze(x, a)`` /
+    ``axis=a`` numpy's, which raises there, naming PyTorch's spelling."""
+    if axis is None:
+        return f(x)
+    x = as_tensor(x)
+    if torch_dim:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        keep = tuple(a for a in axes if x.shape[check_axis(a, x.ndim, "squeeze")] == 1)
+        return f(x, keep) if keep else x
+    try:
+        return f(x, axis)
+    except ValueError as e:
+        raise ValueError(
+            f"{e}; numpy's squeeze(x, axis) raises there, PyTorch's squeeze(x, dim) leaves that "
+            "axis: write dim= for PyTorch's meaning"
+        ) from None
 
 
 def with_unbiased(f: F) -> F:
