@@ -269,6 +269,8 @@ def _torch_recipes() -> dict[str, Recipe]:
             lambda ns, x: ns.squeeze(x[None, None], (0, 1)),
             lambda ns, x: ns.squeeze(x[None]),
             lambda ns, x: ns.squeeze(x, 0),
+            lambda ns, x: ns.squeeze(x[:, None], dim=(0, 1)),
+            lambda ns, x: ns.squeeze(x, dim=0),
         )
     )
     r["flatten"] = Recipe(r["flatten"].forms + (_fn("flatten", 1),), ranks=(2, 3))
@@ -403,7 +405,12 @@ def _tensor_recipes() -> dict[str, Recipe]:
     r["mean"] = Recipe(r["mean"].forms + (_meth("mean", (0, -1), True),))
     r["squeeze"] = Recipe(
         r["squeeze"].forms
-        + (lambda ns, x: x[None, None].squeeze((0, 1)), lambda ns, x: x.squeeze(0))
+        + (
+            lambda ns, x: x[None, None].squeeze((0, 1)),
+            lambda ns, x: x.squeeze(0),
+            lambda ns, x: x.squeeze(dim=0),
+            lambda ns, x: x[:, None].squeeze(dim=(0, 1)),
+        )
     )
     r["norm"] = Recipe(r["norm"].forms + (_meth("norm", dim=(0, -1)), _meth("norm", 1)))
     r["unsqueeze"] = Recipe(r["unsqueeze"].forms + (_meth("unsqueeze", 1),))

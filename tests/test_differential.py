@@ -147,3 +147,14 @@ def test_var_std_take_pytorchs_unbiased_keyword():
         )
     with pytest.raises(TypeError, match="not both"):
         tg.var(x, correction=0, unbiased=True)
+
+
+def test_squeeze_dim_is_pytorchs_and_axis_names_it_when_it_raises():
+    x, t = tg.ones((3, 1, 2)), torch.ones((3, 1, 2))
+    assert x.squeeze(dim=0).shape == tuple(t.squeeze(dim=0).shape) == (3, 1, 2)
+    assert tg.squeeze(x, dim=(0, 1)).shape == tuple(torch.squeeze(t, dim=(0, 1)).shape)
+    assert x.squeeze(1).shape == (3, 2)
+    with pytest.raises(ValueError, match=r"size 3 .* write dim= for PyTorch's meaning"):
+        x.squeeze(0)
+    with pytest.raises(ValueError, match="numpy's squeeze"):
+        tg.squeeze(x, axis=0)
