@@ -374,6 +374,9 @@ def normal(
     >>> tg.normal(2.0, 0.5, (3,)).shape, tg.normal(tg.zeros(2), tg.ones(2)).shape
     ((3,), (2,))
     """
+    if dtype is None:  # PyTorch's: a float tensor mean or std gives its dtype
+        fl = [t.dtype for t in (mean, std) if isinstance(t, Tensor) and t.dtype.kind == "f"]
+        dtype = np.result_type(*fl) if fl else None
     d = _fdtype(dtype)
     (m, s), shape = _params(mean, std)
     if (s < 0).any():
