@@ -501,7 +501,7 @@ def _functional_recipes() -> dict[str, Recipe]:
     for n in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "soft_margin_loss"):
         r[n] = Recipe((_fn(n), _fn(n, reduction="sum"), _fn(n, reduction="none")), n=2)
     r["binary_cross_entropy_with_logits"] = Recipe(
-        (lambda ns, x, y: ns.binary_cross_entropy_with_logits(x, (y > 0).float()),), n=2
+        (lambda ns, x, y: ns.binary_cross_entropy_with_logits(x, (y > 0).to(x.dtype)),), n=2
     )
     r["kl_div"] = Recipe((lambda ns, x, y: ns.kl_div(x, y, reduction="sum"),), n=2, domain="pos")
     r["cosine_similarity"] = Recipe((_fn("cosine_similarity"), _fn("cosine_similarity", dim=0)),
@@ -613,7 +613,9 @@ def _functional_recipes() -> dict[str, Recipe]:
     r["cross_entropy"] = Recipe(
         r["cross_entropy"].forms
         + (
-            lambda ns, x: ns.cross_entropy(x, (x[:, 0] > 0).long(), ignore_index=1),
+            lambda ns, x: ns.cross_entropy(
+                x, top(ns).tensor([0, 1, 1, 0][: len(x)]), ignore_index=1
+            ),
             lambda ns, x: ns.cross_entropy(x[None].transpose(1, 2), (x[None, :, 0] > 0).long()),
             lambda ns, x: ns.cross_entropy(x, (x[:, 0] > 0).long(), reduction="none"),
         ),
@@ -803,15 +805,17 @@ def shared_names(surface: str) -> list[str]:
     return sorted(_public(ref) & _public(ours))
 
 
-def make_inputs(rng: np.random.Generator, recipe: Recipe, rank: int) -> list[np.ndarray]:
-    """``recipe.n`` float32 arrays of one random shape of ``rank`` axes (sizes 2..4)."""
+def make_inputs(
+    rng: np.random.Generator, recipe: Recipe, rank: int, dtype: Any = np.float32
+) -> list[np.ndarray]:
+    """``recipe.n`` arrays of ``dtype`` and one random shape of ``rank`` axes (sizes 2..4)."""
     n, domain = recipe.n, recipe.domain
     shape = tuple(int(s) for s in rng.integers(2, 5, size=rank))
     if recipe.last is not None:
         shape = (*shape[:-1], recipe.last)
     lo, hi = {"real": (-2.0, 2.0), "pos": (0.5, 2.0), "unit": (-0.9, 0.9),
               "ge1": (1.1, 3.0)}[domain]  # fmt: skip
-    return [rng.uniform(lo, hi, size=shape).astype(np.float32) for _ in range(n)]
+    return [rng.uniform(lo, hi, size=shape).astype(dtype) for _ in range(n)]
 
 
 def _to_np(v: Any) -> Any:
@@ -846,7 +850,7 @@ def compare(ref: Any, got: Any, path: str = "result") -> str | None:
             return f"{path}: dtype {a.dtype} vs {b.dtype}"
         if a.dtype.kind in "fc":
             if not np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True):
-                return f"{path}: values differ (max {np.nanmax(np.abs(a - b))})"
+                return f"{path}: values differ ({a.ravel()[:4]} vs {b.ravel()[:4]})"
         elif not np.array_equal(a, b):
             return f"{path}: values differ"
         return None
@@ -934,13 +938,14 @@ def classify(surface: str, name: str) -> tuple[str, str]:
     if not hasattr(LIBS[surface][1] if surface != "Tensor" else tg.Tensor, name):
         return "missing", ""
     seen = []
-    for rank in recipe.ranks:
+    runs = [(rank, np.float32) for rank in recipe.ranks] + [(recipe.ranks[-1], np.float64)]
+    for rank, dtype in runs:
         rng = np.random.default_rng(rank)
-        xs = make_inputs(rng, recipe, rank)
+        xs = make_inputs(rng, recipe, rank, dtype)
         for i in range(len(recipe.forms)):
             st, detail = outcome(surface, name, recipe, xs, i)
             if st in ("differs", "raises a generic error"):
-                return st, f"form {i}, rank {rank}: {detail}"
+                return st, f"form {i}, rank {rank}, {np.dtype(dtype)}: {detail}"
             seen.append((st, detail))
     sts = {s for s, _ in seen}
     if sts == {"skip"}:
@@ -990,7 +995,7 @@ def write(path: Path = ROOT / "docs" / "from_pytorch.md") -> None:
 
 INTRO = (
     "Every callable name that `torch`, `torch.Tensor` and `torch.nn.functional` (and `numpy`) share "
-    "with tapegrad's counterpart, called in both with the same float32 arguments (1-, 2- and 3-d, "
+    "with tapegrad's counterpart, called in both with the same float32 and float64 arguments (1-, 2- and 3-d, "
     "the positional and keyword forms of its recipe), comparing values, shape, dtype and the "
     "gradient. *same*: equal; *raises*: tapegrad refuses with an error; *missing*: a recipe "
     "exists but tapegrad lacks the name; *not covered*: the name is shared but has no recipe yet "
