@@ -644,6 +644,138 @@ def _functional_recipes() -> dict[str, Recipe]:
     r["avg_pool1d"] = Recipe((_fn("avg_pool1d", 2),), ranks=(2, 3))
     r["adaptive_avg_pool1d"] = Recipe((_fn("adaptive_avg_pool1d", 1),), ranks=(2, 3))
     r["adaptive_max_pool1d"] = Recipe((_fn("adaptive_max_pool1d", 1),), ranks=(2, 3))
+    # keyword options of the layers' functions
+    r["conv2d"] = Recipe(
+        r["conv2d"].forms
+        + (
+            lambda ns, x: ns.conv2d(
+                x[None], x[None, :, :2, :2], stride=2, dilation=1, padding=(1, 0)
+            ),
+            lambda ns, x: ns.conv2d(x[None], x[None, :, :1, :2], None, 1, "same"),
+            lambda ns, x: ns.conv2d(x[None], x[:, None, :2, :2], groups=x.shape[0]),
+            lambda ns, x: (
+                ns.conv2d(x[None], x[None, :, :2, :2], x[0, 0, :1], dilation=2)
+                if min(x.shape[1:]) >= 3
+                else ns.conv2d(x[None], x[None, :, :2, :2])
+            ),
+        ),
+        ranks=(3,),
+    )
+    r["conv1d"] = Recipe(
+        r["conv1d"].forms
+        + (
+            lambda ns, x: ns.conv1d(x, x[:2, :, :1], x[0, 0, :2], padding="same"),
+            lambda ns, x: (
+                ns.conv1d(x, x[:, :1, :2], groups=x.shape[1])
+                if x.shape[0] == x.shape[1]
+                else ns.conv1d(x, x[:1, :, :1])
+            ),
+        ),
+        ranks=(3,),
+    )
+    r["max_pool2d"] = Recipe(
+        r["max_pool2d"].forms
+        + (
+            lambda ns, x: ns.max_pool2d(x[None], 2, 1, 1),
+            lambda ns, x: ns.max_pool2d(x[None], 2, ceil_mode=True),
+            lambda ns, x: ns.max_pool2d(x[None], 2, return_indices=True)[1],
+            lambda ns, x: ns.max_pool2d(x, (2, 1)),
+        ),
+        ranks=(3,),
+    )
+    r["max_pool1d"] = Recipe(
+        r["max_pool1d"].forms
+        + (
+            lambda ns, x: ns.max_pool1d(x, 2, 1, 1),
+            lambda ns, x: ns.max_pool1d(x, 2, ceil_mode=True),
+        ),
+        ranks=(2, 3),
+    )
+    r["avg_pool2d"] = Recipe(
+        r["avg_pool2d"].forms
+        + (
+            lambda ns, x: ns.avg_pool2d(x[None], 2, 1, 1, count_include_pad=False),
+            lambda ns, x: ns.avg_pool2d(x[None], 2, ceil_mode=True),
+            lambda ns, x: ns.avg_pool2d(x[None], 2, divisor_override=3),
+        ),
+        ranks=(3,),
+    )
+    r["avg_pool1d"] = Recipe(
+        r["avg_pool1d"].forms
+        + (
+            lambda ns, x: ns.avg_pool1d(x, 2, 1, 1),
+            lambda ns, x: ns.avg_pool1d(x, 3, ceil_mode=True),
+        ),
+        ranks=(2, 3),
+    )
+    r["adaptive_avg_pool2d"] = Recipe(
+        r["adaptive_avg_pool2d"].forms
+        + (
+            lambda ns, x: ns.adaptive_avg_pool2d(x[None], (3, 2)),
+            lambda ns, x: ns.adaptive_avg_pool2d(x, 3),
+        ),
+        ranks=(3,),
+    )
+    r["adaptive_max_pool2d"] = Recipe(
+        r["adaptive_max_pool2d"].forms + (lambda ns, x: ns.adaptive_max_pool2d(x[None], (3, 2)),),
+        ranks=(3,),
+    )
+    r["embedding"] = Recipe(
+        r["embedding"].forms
+        + (
+            lambda ns, x: ns.embedding((x[:, 0] > 0).long(), x, padding_idx=0),
+            lambda ns, x: ns.embedding((x[:, 0] > 0).long(), x, max_norm=1.0),
+        ),
+        ranks=(2,),
+    )
+    r["group_norm"] = Recipe(
+        r["group_norm"].forms
+        + (lambda ns, x: ns.group_norm(x, 1, x[0].reshape(-1)[: x.shape[1]], None, 1e-3),),
+        ranks=(2, 3),
+    )
+    r["batch_norm"] = Recipe(
+        r["batch_norm"].forms
+        + (
+            lambda ns, x: ns.batch_norm(
+                x,
+                x[0].reshape(-1)[: x.shape[1]].detach() * 0,
+                x[0].reshape(-1)[: x.shape[1]].detach() * 0 + 1,
+            ),
+            lambda ns, x: ns.batch_norm(
+                x, None, None, x[0].reshape(-1)[: x.shape[1]], None, True, 0.1, 1e-3
+            ),
+        ),
+        ranks=(2, 3),
+    )
+    r["scaled_dot_product_attention"] = Recipe(
+        r["scaled_dot_product_attention"].forms
+        + (
+            lambda ns, x: ns.scaled_dot_product_attention(x, x, x, attn_mask=x[0, :, :1] > 0),
+            lambda ns, x: ns.scaled_dot_product_attention(x, x, x, x[0, :, :1] * 0 - 1.0),
+            lambda ns, x: ns.scaled_dot_product_attention(x, x, x, scale=0.3),
+            lambda ns, x: ns.scaled_dot_product_attention(x[None], x[None], x[None]),
+        ),
+        ranks=(3,),
+    )
+    r["dropout"] = Recipe(
+        r["dropout"].forms
+        + (lambda ns, x: ns.dropout(x, 0.0), lambda ns, x: ns.dropout(x, p=0.0, training=True))
+    )
+    r["gelu"] = Recipe(r["gelu"].forms + (lambda ns, x: ns.gelu(x, approximate="none"),))
+    r["layer_norm"] = Recipe(
+        r["layer_norm"].forms + (lambda ns, x: ns.layer_norm(x, x.shape[1:], None, x[0] * 0 + 1),),
+        ranks=(2, 3),
+    )
+    r["linear"] = Recipe(
+        r["linear"].forms
+        + (lambda ns, x, w: ns.linear(x, w, w[:, 0]), lambda ns, x, w: ns.linear(x[0], w)),
+        n=2,
+        ranks=(2,),
+    )
+    r["mse_loss"] = Recipe(r["mse_loss"].forms + (lambda ns, x, y: ns.mse_loss(x, y[0]),), n=2)
+    r["one_hot"] = Recipe(
+        r["one_hot"].forms + (lambda ns, x: ns.one_hot((x > 0).long(), num_classes=3),), grad=False
+    )
     return r
 
 
