@@ -181,3 +181,38 @@ def test_cross_entropy_with_every_target_ignored_has_pytorchs_zero_gradient():
         tape.watch(x)
         loss = F.cross_entropy(x, tg.tensor([1, 1, 1]), ignore_index=1)
     np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), t.grad.numpy())
+
+
+INT_CASES = {
+    "x / 2": lambda m, x: x / 2,
+    "x / x": lambda m, x: x / x,
+    "x * 1.5": lambda m, x: x * 1.5,
+    "x // 2": lambda m, x: x // 2,
+    "x ** 2": lambda m, x: x**2,
+    "x ** 0.5": lambda m, x: x**0.5,
+    "sum": lambda m, x: x.sum(),
+    "int32 sum": lambda m, x: x.int().sum(),
+    "bool sum": lambda m, x: (x > 2).sum(),
+    "cumsum": lambda m, x: m.cumsum(x, 0),
+    "sqrt": lambda m, x: m.sqrt(x),
+    "exp": lambda m, x: m.exp(x),
+    "sum(dtype=float64)": lambda m, x: x.sum(dtype=m.float64),
+    "true_divide": lambda m, x: m.true_divide(x, 2),
+    "arange / 2": lambda m, x: m.arange(3) / 2,
+    "int + 0-d float tensor": lambda m, x: x + m.tensor(1.5),
+    "float row + int row": lambda m, x: x.float()[0] + x[1],
+    "int32 + int64": lambda m, x: x.int() + x,
+    "float16 * 2": lambda m, x: x.to(m.float16) * 2,
+    "zeros(dtype=int32)": lambda m, x: m.zeros(2, dtype=m.int32),
+    "full((2,), 3)": lambda m, x: m.full((2,), 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT_CASES))
+def test_integer_inputs_promote_as_pytorch(case):
+    """Integer tensors: the result dtype (numpy's promotion differs: int / int is float64 there)."""
+    a = np.array([[1, 2, 3], [4, 5, 6]])
+    f = INT_CASES[case]
+    ref, got = f(torch, torch.tensor(a)), f(tg, tg.tensor(a))
+    assert str(got.dtype) == str(ref.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.numpy().astype(float), ref.numpy().astype(float), rtol=1e-3)
