@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from . import _autodiff as _tape
@@ -276,6 +277,7 @@ def _bind() -> None:
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
             "astype flip roll tril triu tile take take_along_axis split chunk",
         ),
+        (sys.modules["tapegrad.ops._numpy_extra"], "ravel"),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
     ):

@@ -17,7 +17,7 @@ from typing import Any
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._dtypes import default_float
-from .._tensor import Tensor
+from .._tensor import Tensor, _wrap
 from . import _shape as S
 from ._common import as_tensor, operands
 
@@ -180,17 +180,23 @@ def _nonzero(xp: Any, g: Any) -> bool:
 _eigh = defprim("linalg.eigh", _eigh_fwd, _eigh_vjp, (OUT,))
 
 
-def eigh(a: Any) -> tuple[Tensor, Tensor]:
-    """Eigenvalues (ascending) and eigenvectors of symmetric matrices; reads
-    ``(a + a.T) / 2``. The gradient needs distinct eigenvalues.
+def eigh(a: Any, UPLO: str = "L") -> tuple[Tensor, Tensor]:  # noqa: N803 - numpy's name
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices. As numpy, only the lower
+    (``UPLO="L"``) or upper (``"U"``) triangle is read. The gradient needs distinct eigenvalues.
 
     >>> import tapegrad as tg
     >>> w, v = tg.linalg.eigh(tg.tensor([[2.0, 0.0], [0.0, 1.0]]))
     >>> w.tolist()
     [1.0, 2.0]
+    >>> tg.linalg.eigh(tg.tensor([[1.0, 5.0], [0.0, 1.0]]))[0].tolist()  # reads the lower 0.0
+    [1.0, 1.0]
     """
     a = _square(a, "eigh")
-    packed = apply(_eigh, (a + S.swapaxes(a, -1, -2)) * 0.5)
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    tri = S.tril(a, -1) if UPLO == "L" else S.triu(a, 1)
+    diag = a * _wrap(np.eye(a.shape[-1], dtype=a.dtype))
+    packed = apply(_eigh, diag + tri + S.swapaxes(tri, -1, -2))  # the symmetric matrix it reads
     return packed[..., 0, :], packed[..., 1:, :]
 
 

@@ -23,15 +23,23 @@ type = builtins.type  # noqa: A001
 
 
 def _f64(x: Any) -> Any:
+    """A differentiated argument as autograd sees it: float arrays keep their dtype, Python
+    numbers and integers become float64."""
     if isinstance(x, _tg.Tensor):
-        return x.astype(_tg.float64) if x.dtype.kind in "fiub" else x
-    if isinstance(x, (builtins.list, builtins.tuple)) and x and all(
-        not isinstance(v, (builtins.list, builtins.tuple, builtins.dict)) for v in x
+        return x if x.dtype.kind == "f" else x.astype(_tg.float64)
+    if isinstance(x, _np.ndarray) and x.dtype.kind == "f":
+        return x
+    if (
+        isinstance(x, (builtins.list, builtins.tuple))
+        and x
+        and all(not isinstance(v, (builtins.list, builtins.tuple, builtins.dict)) for v in x)
     ):
         return _np.asarray(x, dtype=_np.float64)
     a = _np.asarray(x)
     if a.dtype.kind == "c":
-        raise TypeError("complex input: tapegrad's gradients are real-valued (complex is out of scope)")
+        raise TypeError(
+            "complex input: tapegrad's gradients are real-valued (complex is out of scope)"
+        )
     return _np.asarray(a, dtype=_np.float64) if a.dtype.kind in "fiub" else x
 
 
@@ -69,8 +77,10 @@ deriv = grad
 def _vjp(fun: Any, args: Any, kwargs: Any, argnum: int, v: Any) -> Any:
     args = _prep(args, argnum)
     with _tg.Tape(watch_parameters=False) as tape:
-        x = _trace(_tg.tensor(args[argnum]) if not isinstance(args[argnum], _tg.Tensor)
-                      else args[argnum], tape)
+        x = _trace(
+            _tg.tensor(args[argnum]) if not isinstance(args[argnum], _tg.Tensor) else args[argnum],
+            tape,
+        )
         args[argnum] = x
         y = _scalar(fun(*args, **kwargs))
     if tape not in y._tapes:
@@ -81,7 +91,7 @@ def _vjp(fun: Any, args: Any, kwargs: Any, argnum: int, v: Any) -> Any:
 
 def elementwise_grad(fun: Any, argnum: int = 0) -> Any:
     def run(*args: Any, **kwargs: Any) -> Any:
-        return _vjp(fun, args, kwargs, argnum, lambda y: _tg.ones_like(y))[0]
+        return _vjp(fun, args, kwargs, argnum, _tg.ones_like)[0]
 
     return run
 
@@ -158,7 +168,14 @@ def vector_jacobian_product(fun: Any, argnum: int = 0) -> Any:
     return run
 
 
-tensor_jacobian_product = vector_jacobian_product
+def tensor_jacobian_product(fun: Any, argnum: int = 0) -> Any:
+    # v may cover only the leading axes of the output: contract them with the Jacobian
+    def run(*args: Any, **kwargs: Any) -> Any:
+        *a, v = args
+        jac = jacobian(fun, argnum)(*a, **kwargs)
+        return _tg.tensordot(_tg.tensor(_f64(v)), jac, axes=_np.ndim(v))
+
+    return run
 
 
 def hessian_tensor_product(fun: Any, argnum: int = 0) -> Any:

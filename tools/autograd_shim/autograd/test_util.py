@@ -35,15 +35,26 @@ def check_grads(fun: Any, argnum: Any = 0, modes: Any = None, order: int = 2) ->
 
     def run(*args: Any, **kwargs: Any) -> None:
         full = list(args)
-        diff = [_f64(full[n]) for n in nums]
+        # a differentiated list or tuple of arrays is checked as its arrays
+        leaves: list[Any] = []
+        shapes: list[Any] = []
+        for n in nums:
+            a = full[n]
+            items = list(a) if isinstance(a, (list, tuple)) else [a]
+            leaves += [_np.asarray(_f64(v), dtype=_np.float64) for v in items]
+            shapes.append(type(a) if isinstance(a, (list, tuple)) else None)
 
         def f(*xs: Any) -> Any:
-            a = list(full)
-            for n, x in zip(nums, xs, strict=True):
-                a[n] = x
+            a, k = list(full), 0
+            for n, kind in zip(nums, shapes, strict=True):
+                if kind is None:
+                    a[n], k = xs[k], k + 1
+                else:
+                    m = len(full[n])
+                    a[n], k = kind(xs[k : k + m]), k + m
             return _out(fun(*a, **kwargs))
 
-        _tg_check_grads(f, diff, order=min(order, 2))
+        _tg_check_grads(f, leaves, order=min(order, 2))
 
     return run
 

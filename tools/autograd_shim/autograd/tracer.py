@@ -6,4 +6,5 @@ import tapegrad as _tg
 
 
 def isbox(x: Any) -> bool:
-    return isinstance(x, _tg.Tensor)
+    """A box is a value a recording tape still follows."""
+    return isinstance(x, _tg.Tensor) and any(tp.recording for tp in x._tapes)

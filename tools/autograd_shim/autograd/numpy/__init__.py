@@ -13,6 +13,7 @@ from typing import Any
 import numpy as _np
 
 import tapegrad as _tg
+from tapegrad import _numpy_api as _api
 
 from . import linalg, random  # noqa: F401
 
@@ -44,7 +45,24 @@ def _nested(x: Any) -> Any:
     return x if isinstance(x, _tg.Tensor) else _tg.tensor(_np.asarray(x, dtype=_np.float64))
 
 
+def make_diagonal(d: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> Any:
+    """autograd's own inverse of ``diagonal``: ``d``'s last axis on a diagonal."""
+    if offset != 0 or sorted((axis1 % (_np.ndim(d) + 1), axis2 % (_np.ndim(d) + 1))) != [
+        _np.ndim(d) - 1,
+        _np.ndim(d),
+    ]:
+        raise NotImplementedError("make_diagonal: only offset=0 on the last two axes")
+    d = _tg.asarray(d) if hasattr(_tg, "asarray") else d
+    n = _np.shape(d)[-1]
+    return _tg.expand_dims(d, -1) * _np.eye(n)
+
+
 def __getattr__(name: str) -> Any:
+    # numpy's meaning where tapegrad's name differs or asks: numpy's own adapters
+    if name in _api._RENAMED:
+        return getattr(_tg, _api._RENAMED[name])
+    if name in _api._ADAPTED:
+        return _api._ADAPTED[name]
     if name not in _NUMPY_FIRST and hasattr(_tg, name):
         return getattr(_tg, name)
     if hasattr(_np, name):
