@@ -464,6 +464,7 @@ def well_conditioned(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
 
 
 def _sym_t(a: torch.Tensor) -> torch.Tensor:
+    # eigh reads one triangle (numpy, torch); both sides symmetrize so gradients compare
     return (a + a.mT) / 2
 
 
@@ -489,7 +490,7 @@ add(
     row("linalg.det", "linalg.det", tg.linalg.det, torch.linalg.det, (SQ, WC), tol64=(1e-9, 1e-11)),
     row("linalg.slogdet", "linalg.logabsdet", lambda a: tg.linalg.slogdet(a)[1], lambda a: torch.linalg.slogdet(a)[1], (SQ, WC), tol64=(1e-9, 1e-11)),
     row("linalg.cholesky", "linalg.cholesky", lambda a: tg.linalg.cholesky(_spd(a)), lambda a: torch.linalg.cholesky(_spd(a)), (SQ, R), tol64=(1e-9, 1e-11)),
-    row("linalg.eigh", "linalg.eigh", lambda a: _eigh_sign_free(*tg.linalg.eigh(a), tg.concatenate), lambda a: _eigh_sign_free(*torch.linalg.eigh(_sym_t(a)), torch.cat), ((3, 3), distinct()), tol64=(1e-9, 1e-10)),
+    row("linalg.eigh", "linalg.eigh", lambda a: _eigh_sign_free(*tg.linalg.eigh((a + tg.swapaxes(a, -1, -2)) / 2), tg.concatenate), lambda a: _eigh_sign_free(*torch.linalg.eigh(_sym_t(a)), torch.cat), ((3, 3), distinct()), tol64=(1e-9, 1e-10)),
     row("linalg.qr", "linalg.qr", lambda a: tg.concatenate([t.reshape(-1) for t in tg.linalg.qr(a)]), lambda a: torch.cat([t.reshape(-1) for t in torch.linalg.qr(a)]), ((4, 3), R), tol64=(1e-9, 1e-10)),
     row("linalg.svd", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((4, 3), R), tol64=(1e-9, 1e-10)),
     row("linalg.svd/wide", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((3, 4), R), tol64=(1e-9, 1e-10)),
