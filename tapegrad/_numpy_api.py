@@ -35,7 +35,7 @@ _SAME = (
     "gradient row_stack"
 ).split()
 _RENAMED = {"trace": "matrix_trace", "split": "array_split_equal", "max": "amax", "min": "amin"}
-_LINALG = "svd solve inv pinv det slogdet cholesky eigh qr norm matrix_power".split()
+_LINALG = "svd solve inv pinv det slogdet cholesky eig eigh qr norm matrix_power".split()
 # functions of shapes or comparisons of values: no gradient to lose, run on the values
 _VALUES = (
     "shape ndim size allclose isclose array_equal array_equiv count_nonzero argsort argwhere "

@@ -125,6 +125,7 @@ CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
     ("ufunc/degrees", np.degrees, (X,)),
     ("linalg.eigh/UPLO", lambda a: np.linalg.eigh(a, "U")[0], (SQ,)),  # SQ is not symmetric
     ("linalg.eigh/lower", lambda a: np.linalg.eigh(a)[0], (SQ,)),
+    ("linalg.eig", lambda a: np.linalg.eig(a @ a.T)[0], (SQ,)),  # symmetric: real eigenvalues
     ("linalg.norm", np.linalg.norm, (X,)),
     ("linalg.norm/ord", lambda x: np.linalg.norm(x, ord=1, axis=1), (X,)),
     ("linalg.inv", np.linalg.inv, (SQ,)),
@@ -270,10 +271,10 @@ def test_numpy_array_gradient_through_numpy_calls_matches_torch() -> None:
         lambda x: np.convolve(x[0], x[1]),
         np.fft.fft,
         lambda x: np.interp(x, [0, 1], [0, 1]),
-        lambda x: np.linalg.eig(x[:, :3]),
+        lambda x: np.linalg.eigvals(x[:, :3]),
         lambda x: np.add.at(x, [0], 1.0),
     ],
-    ids=["median", "percentile", "unique", "convolve", "fft", "interp", "eig", "ufunc.at"],
+    ids=["median", "percentile", "unique", "convolve", "fft", "interp", "eigvals", "ufunc.at"],
 )
 def test_numpy_functions_tapegrad_lacks_raise_instead_of_detaching(call: Callable) -> None:
     x = tg.tensor(X)
@@ -673,3 +674,16 @@ def test_writing_into_a_watched_source_raises_instead_of_a_wrong_gradient() -> N
 
 def test_check_grads_accepts_a_function_that_ignores_its_input() -> None:
     check_grads(lambda t: tg.tensor(np.ones(3)), [_f64(V)])
+
+
+def test_eig_of_a_real_spectrum_matches_numpy_and_complex_raises() -> None:
+    p = np.random.default_rng(7).uniform(-1, 1, (4, 4)) + 2 * np.eye(4)
+    a = p @ (np.array([1.0, 2.5, 4.0, 6.0])[:, None] * np.linalg.inv(p))  # not symmetric
+    w, v = np.linalg.eig(_f64(a))
+    ww, vv = np.linalg.eig(a)
+    np.testing.assert_allclose(w.numpy(), ww, rtol=1e-10)
+    np.testing.assert_allclose(v.numpy(), vv, rtol=1e-8, atol=1e-10)
+    check_grads(lambda x: tg.linalg.eig(x)[0], [_f64(a)])
+    check_grads(lambda x: tg.linalg.eig(x)[1] ** 2, [_f64(a)])
+    with pytest.raises(ValueError, match="complex eigenvalues.*eigh"):
+        tg.linalg.eig(tg.tensor([[0.0, 1.0], [-1.0, 0.0]]))

@@ -200,6 +200,48 @@ def eigh(a: Any, UPLO: str = "L") -> tuple[Tensor, Tensor]:  # noqa: N803 - nump
     return packed[..., 0, :], packed[..., 1:, :]
 
 
+def _eig_fwd(a: Any) -> Any:
+    w, v = np.linalg.eig(a)
+    if np.iscomplexobj(w):  # numpy returns real arrays when every eigenvalue is real
+        raise ValueError(
+            f"this matrix of shape {a.shape} has complex eigenvalues; tapegrad's "
+            "tensors are real-valued. For a symmetric matrix use tg.linalg.eigh"
+        )
+    return np.concatenate([w[..., None, :], v], axis=-2)  # (..., 1 + n, n)
+
+
+def _eig_vjp(xp: Any, g: Any, ans: Any, a: Any) -> Any:
+    # the real case of autograd's grad_eig: A = V diag(w) V^-1 with unit-norm columns of V
+    n = ans.shape[-1]
+    w, v = ans[..., 0, :], ans[..., 1:, :]
+    gw, gv = g[..., 0, :], g[..., 1:, :]
+    eye = _eye(xp, v, n)
+    dw = xp.expand_dims(w, -2) - xp.expand_dims(w, -1)  # w_j - w_i
+    f = (1.0 - eye) / (dw + eye)
+    vt = _T(xp, v)
+    vtgv = xp.matmul(vt, gv)
+    inner = eye * xp.expand_dims(gw, -2) + f * vtgv
+    inner = inner - f * xp.matmul(xp.matmul(vt, v), eye * vtgv)  # keeps the columns unit-norm
+    return xp.matmul(xp.matmul(_T(xp, xp.apply(_inv, v)), inner), vt)
+
+
+_eig = defprim("linalg.eig", _eig_fwd, _eig_vjp, (OUT,))
+
+
+def eig(a: Any) -> tuple[Tensor, Tensor]:
+    """Eigenvalues and unit-norm eigenvectors (columns) of a general square matrix whose
+    eigenvalues are all real (complex ones raise). The gradient needs distinct eigenvalues.
+
+    >>> import tapegrad as tg
+    >>> w, v = tg.linalg.eig(tg.tensor([[2.0, 1.0], [0.0, 3.0]]))
+    >>> w.tolist()
+    [2.0, 3.0]
+    """
+    a = _float(_square(a, "eig"), "eig")
+    packed = apply(_eig, a)
+    return packed[..., 0, :], packed[..., 1:, :]
+
+
 def _qr_fwd(a: Any) -> Any:
     q, r = np.linalg.qr(a)
     return np.concatenate([q, r], axis=-2)  # (..., m + n, n)
