@@ -111,6 +111,14 @@ def _std(
     return _ops().std(a, axis=axis, keepdims=keepdims, ddof=ddof, **kwargs)
 
 
+def _where(condition: Any, x: Any = None, y: Any = None) -> Any:
+    if x is None and y is None:  # numpy's where(condition): the indices of the true elements
+        return _on_values(np.nonzero)(condition)
+    if x is None or y is None:
+        raise ValueError("numpy.where: give both x and y, or neither (for the indices)")
+    return _ops().where(condition, x, y)
+
+
 def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
     return _ops().astype(x, dtype)
 
@@ -123,6 +131,7 @@ _ADAPTED = {
     "einsum": _einsum,
     "astype": _astype,
     "var": _var,
+    "where": _where,
     "std": _std,
 }
 

@@ -687,3 +687,13 @@ def test_eig_of_a_real_spectrum_matches_numpy_and_complex_raises() -> None:
     check_grads(lambda x: tg.linalg.eig(x)[1] ** 2, [_f64(a)])
     with pytest.raises(ValueError, match="complex eigenvalues.*eigh"):
         tg.linalg.eig(tg.tensor([[0.0, 1.0], [-1.0, 0.0]]))
+
+
+def test_numpy_where_with_one_argument_gives_the_indices() -> None:
+    c = X > 0
+    got, want = np.where(tg.tensor(c)), np.where(c)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w)
+    with pytest.raises(ValueError, match="both x and y"):
+        np.where(tg.tensor(c), tg.tensor(X))
