@@ -52,7 +52,7 @@ def make_diagonal(d: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> 
         _np.ndim(d),
     ]:
         raise NotImplementedError("make_diagonal: only offset=0 on the last two axes")
-    d = _tg.asarray(d) if hasattr(_tg, "asarray") else d
+    d = d if isinstance(d, _tg.Tensor) else _np.asarray(d)
     n = _np.shape(d)[-1]
     return _tg.expand_dims(d, -1) * _np.eye(n)
 
