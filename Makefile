@@ -30,10 +30,12 @@ demo: $(DEMO_STAMP)
 		echo "graphviz's dot is not installed: the tape picture stays DOT source"
 	$(BIN)/python examples/multimodal.py
 
-# the tests run in a random order (pytest-randomly; the seed is in the header: rerun one order with
-# -p randomly --randomly-seed=N, or none with -p no:randomly)
+# the tests run in a random order (pytest-randomly; the seed is printed at the end: rerun one order
+# with -p randomly --randomly-seed=N, or none with -p no:randomly), on one worker process per core
+# (pytest-xdist; JOBS=1 for one process). Workers share the kernel cache: each kernel compiles once.
+JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS)
 
 # mutation testing (cosmic-ray) of the engine, ops, nn functional code and optim: a fixed random
 # sample of SAMPLE mutants per package, each against that package's fast tests (docs/mutation.md).

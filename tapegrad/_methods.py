@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from . import _autodiff as _tape
@@ -61,6 +62,13 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
         or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
     )
     if recording:
+        if any(tp._recording and self._tid in tp._leaves for tp in self._tapes):
+            # as PyTorch: the source itself would change, so its gradient would be the new value's
+            raise TypeError(
+                f"setitem: writing into x[{S._show(nidx)}] (shape {self.shape}), a tensor a "
+                "recording tape watches as a source of gradients; write into a copy "
+                "(y = x * 1.0; y[...] = v) or build the result with tg.where"
+            )
         vt = value if isinstance(value, Tensor) else _wrap(np.asarray(v, dtype=self.dtype))
         new = _index_put(self, nidx, vt)
         self._data, self._tid, self._tapes = new._data, new._tid, new._tapes
@@ -269,6 +277,7 @@ def _bind() -> None:
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
             "astype flip roll tril triu tile take take_along_axis split chunk",
         ),
+        (sys.modules["tapegrad.ops._numpy_extra"], "ravel"),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
     ):

@@ -25,16 +25,17 @@ def _ops() -> Any:
 
 # numpy functions whose tapegrad op has the same name and numpy's arguments
 _SAME = (
-    "abs all any amax amin argmax argmin sum prod mean var std cumsum cumprod "
+    "abs all any amax amin argmax argmin sum prod mean cumsum cumprod "
     "clip where reshape ravel squeeze expand_dims transpose permute_dims swapaxes moveaxis "
     "broadcast_to concatenate concat stack vstack hstack column_stack dstack array_split hsplit "
     "vsplit dsplit append flip flipud fliplr rot90 rollaxis roll tril triu repeat tile take "
     "take_along_axis matmul einsum tensordot dot vdot inner outer kron cross diag diagonal "
     "sort partition diff select atleast_1d atleast_2d atleast_3d astype nan_to_num "
-    "zeros_like ones_like full_like empty_like sinc linspace"
+    "zeros_like ones_like full_like empty_like sinc linspace real imag angle real_if_close "
+    "gradient row_stack"
 ).split()
 _RENAMED = {"trace": "matrix_trace", "split": "array_split_equal", "max": "amax", "min": "amin"}
-_LINALG = "svd solve inv pinv det slogdet cholesky eigh qr norm matrix_power".split()
+_LINALG = "svd solve inv pinv det slogdet cholesky eig eigh qr norm matrix_power".split()
 # functions of shapes or comparisons of values: no gradient to lose, run on the values
 _VALUES = (
     "shape ndim size allclose isclose array_equal array_equiv count_nonzero argsort argwhere "
@@ -46,7 +47,7 @@ _UFUNCS = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
     "true_divide": "divide", "floor_divide": "floor_divide", "remainder": "remainder",
     "power": "pow", "float_power": "pow", "negative": "neg", "positive": "positive",
-    "absolute": "abs", "fabs": "fabs", "sign": "sign", "matmul": "matmul",
+    "absolute": "abs", "fabs": "fabs", "conjugate": "conj", "sign": "sign", "matmul": "matmul",
     "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
     "log10": "log10", "log1p": "log1p", "sqrt": "sqrt", "square": "square",
     "reciprocal": "reciprocal", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh",
@@ -95,6 +96,29 @@ def _einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: An
     return _ops().einsum(subscripts, *operands, **kwargs)
 
 
+def _var(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
+    keepdims: bool = False, **kwargs: Any,
+) -> Any:
+    # numpy's var divides by n - ddof (ddof=0 unless given): say so, tapegrad's var asks
+    return _ops().var(a, axis=axis, keepdims=keepdims, ddof=ddof, **kwargs)
+
+
+def _std(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
+    keepdims: bool = False, **kwargs: Any,
+) -> Any:
+    return _ops().std(a, axis=axis, keepdims=keepdims, ddof=ddof, **kwargs)
+
+
+def _where(condition: Any, x: Any = None, y: Any = None) -> Any:
+    if x is None and y is None:  # numpy's where(condition): the indices of the true elements
+        return _on_values(np.nonzero)(condition)
+    if x is None or y is None:
+        raise ValueError("numpy.where: give both x and y, or neither (for the indices)")
+    return _ops().where(condition, x, y)
+
+
 def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
     return _ops().astype(x, dtype)
 
@@ -106,6 +130,9 @@ _ADAPTED = {
     "nan_to_num": _nan_to_num,
     "einsum": _einsum,
     "astype": _astype,
+    "var": _var,
+    "where": _where,
+    "std": _std,
 }
 
 
@@ -151,6 +178,10 @@ def _on_values(f: Any) -> Any:
     return run
 
 
+# numpy's defaults that its own wrappers pass on (np.row_stack calls vstack(casting="same_kind"))
+_DEFAULTS = {"casting": "same_kind", "where": True, "subok": True, "order": "K"}
+
+
 def _no_out(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     if kwargs.get("out") is not None:
         raise TypeError(
@@ -158,6 +189,9 @@ def _no_out(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             f"existing ones; drop out= and assign the result (y = numpy.{name}(...))"
         )
     kwargs.pop("out", None)
+    for k, default in _DEFAULTS.items():
+        if k in kwargs and kwargs[k] is default:  # numpy's own default, passed along by numpy
+            del kwargs[k]
     for k in ("where", "casting", "order", "subok", "initial"):
         if k in kwargs:
             raise TypeError(

@@ -9,6 +9,7 @@ from .ops._linalg import matmul, outer, tensordot
 from .ops._linalg_decomp import (
     cholesky,
     det,
+    eig,
     eigh,
     inv,
     matrix_power,
@@ -28,6 +29,7 @@ __all__ = [
     "cross",
     "det",
     "diagonal",
+    "eig",
     "eigh",
     "inv",
     "matmul",

@@ -242,6 +242,13 @@ def _torch_recipes() -> dict[str, Recipe]:
                         **grad0)  # fmt: skip
     r["empty_like"] = Recipe((lambda ns, x: meta(ns.empty_like(x)),), **grad0)
     r["no_grad"] = Recipe((_under_no_grad,), **grad0)
+    for n in ("real", "conj"):
+        r[n] = Recipe((_fn(n),))
+    r["angle"] = Recipe((_fn("angle"),), grad=False)
+    r["row_stack"] = Recipe((lambda ns, x, y: ns.row_stack([x, y]),), n=2)
+    r["gradient"] = Recipe(
+        (lambda ns, x: ns.gradient(x)[0], lambda ns, x: ns.gradient(x, dim=0)[0])
+    )
     # more spellings of the common names: tuple dims, no dim, the other tensor
     r["sum"] = Recipe(r["sum"].forms + (_fn("sum", dim=(0, -1)),))
     r["amax"] = Recipe(r["amax"].forms + (_fn("amax", dim=(0, -1)), _fn("amax")))
@@ -378,6 +385,7 @@ def _tensor_recipes() -> dict[str, Recipe]:
     r["new_ones"] = Recipe((_meth("new_ones", (2,)),), grad=False)
     r["new_full"] = Recipe((_meth("new_full", (2,), 3.0),), grad=False)
     r["new_tensor"] = Recipe((_meth("new_tensor", [1.0, 2.0]),), grad=False)
+    r["ravel"] = unary("ravel", method=True)
     r["new_empty"] = Recipe((lambda ns, x: meta(x.new_empty((2, 3))),), grad=False)
     r["std"] = Recipe(r["std"].forms + (_meth("std"), _meth("std", 0), _meth("std", correction=0),
                                         _meth("std", unbiased=True)), ranks=(2, 3))  # fmt: skip
@@ -875,6 +883,10 @@ def _numpy_recipes() -> dict[str, Recipe]:
                             lambda ns, x: ns.linspace(0, 1, 4, endpoint=False)), **g0)  # fmt: skip
     r["empty"] = Recipe((lambda ns, x: meta(ns.empty((2, 3))),), **g0)
     r["empty_like"] = Recipe((lambda ns, x: meta(ns.empty_like(x)),), **g0)
+    for n in ("real", "conj", "conjugate", "imag", "angle", "real_if_close"):
+        r[n] = unary(n, grad=False)
+    r["row_stack"] = Recipe((lambda ns, x, y: ns.row_stack([x, y]),), n=2, **g0)
+    r["gradient"] = Recipe((_fn("gradient"), lambda ns, x: ns.gradient(x, axis=0)), **g0)
     r["partition"] = Recipe((lambda ns, x: ns.partition(x, 1)[..., 1],
                              lambda ns, x: ns.partition(x, 0, axis=0)[0]), **g0)  # fmt: skip
     return r
@@ -906,6 +918,8 @@ OPEN: dict[tuple[str, str], str] = {
     "indices) pair, so `tg.sort(x)[0]` is a row; should raise unless `axis=` / `dim=` says which",
     ("torch", "select"): "`tg.select(x, 0, 1)` (PyTorch's slice at an index) fails in numpy's "
     "`select(condlist, choicelist)` with a generic TypeError",
+    ("torch", "gradient"): "`tg.gradient(x)` on a 1-d tensor is numpy's one array, "
+    "`torch.gradient(x)` a tuple of one tensor, so `tg.gradient(x)[0]` is a number; n-d inputs agree",
     ("Tensor", "type"): "`x.type()` is the dtype's name (`'float32'`), PyTorch's the tensor "
     "type (`'torch.FloatTensor'`); `x.type(dtype)` casts in both",
     ("numpy", "round"): "`tg.round(x, 1)` / `decimals=` (numpy's and PyTorch's) is a generic "

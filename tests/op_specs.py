@@ -464,6 +464,7 @@ def well_conditioned(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
 
 
 def _sym_t(a: torch.Tensor) -> torch.Tensor:
+    # eigh reads one triangle (numpy, torch); both sides symmetrize so gradients compare
     return (a + a.mT) / 2
 
 
@@ -474,6 +475,25 @@ def _spd(a: Any) -> Any:
 
 def _eigh_sign_free(w: Any, v: Any, cat: Callable) -> Any:
     return cat([w.reshape(-1), (v * v).reshape(-1)])
+
+
+def real_spectrum(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
+    """``P diag(1..n) P^-1``: a general matrix with real eigenvalues one apart."""
+    n = shape[-1]
+    p = rng.uniform(-1, 1, shape) + 2 * np.eye(n)
+    return p @ (np.arange(1.0, n + 1)[:, None] * np.linalg.inv(p))
+
+
+def _eig_tg(a: Any) -> Any:
+    w, v = tg.linalg.eig(a)
+    i = np.argsort(w.detach().numpy())  # LAPACKs may order eigenvalues differently
+    return tg.concatenate([w[i], (v[:, i] * v[:, i]).reshape(-1)])
+
+
+def _eig_torch(a: Any) -> Any:
+    w, v = torch.linalg.eig(a)
+    i = torch.argsort(w.real)
+    return torch.cat([w.real[i], (v[:, i].abs() ** 2).reshape(-1)])
 
 
 def _svd_sign_free(u: Any, s: Any, vh: Any, cat: Callable) -> Any:
@@ -489,7 +509,8 @@ add(
     row("linalg.det", "linalg.det", tg.linalg.det, torch.linalg.det, (SQ, WC), tol64=(1e-9, 1e-11)),
     row("linalg.slogdet", "linalg.logabsdet", lambda a: tg.linalg.slogdet(a)[1], lambda a: torch.linalg.slogdet(a)[1], (SQ, WC), tol64=(1e-9, 1e-11)),
     row("linalg.cholesky", "linalg.cholesky", lambda a: tg.linalg.cholesky(_spd(a)), lambda a: torch.linalg.cholesky(_spd(a)), (SQ, R), tol64=(1e-9, 1e-11)),
-    row("linalg.eigh", "linalg.eigh", lambda a: _eigh_sign_free(*tg.linalg.eigh(a), tg.concatenate), lambda a: _eigh_sign_free(*torch.linalg.eigh(_sym_t(a)), torch.cat), ((3, 3), distinct()), tol64=(1e-9, 1e-10)),
+    row("linalg.eigh", "linalg.eigh", lambda a: _eigh_sign_free(*tg.linalg.eigh((a + tg.swapaxes(a, -1, -2)) / 2), tg.concatenate), lambda a: _eigh_sign_free(*torch.linalg.eigh(_sym_t(a)), torch.cat), ((3, 3), distinct()), tol64=(1e-9, 1e-10)),
+    row("linalg.eig", "linalg.eig", _eig_tg, _eig_torch, ((3, 3), real_spectrum), tol64=(1e-8, 1e-10)),
     row("linalg.qr", "linalg.qr", lambda a: tg.concatenate([t.reshape(-1) for t in tg.linalg.qr(a)]), lambda a: torch.cat([t.reshape(-1) for t in torch.linalg.qr(a)]), ((4, 3), R), tol64=(1e-9, 1e-10)),
     row("linalg.svd", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((4, 3), R), tol64=(1e-9, 1e-10)),
     row("linalg.svd/wide", "linalg.svd", lambda a: _svd_sign_free(*tg.linalg.svd(a, full_matrices=False), tg.concatenate), lambda a: _svd_sign_free(*torch.linalg.svd(a, full_matrices=False), torch.cat), ((3, 4), R), tol64=(1e-9, 1e-10)),

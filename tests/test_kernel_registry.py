@@ -28,6 +28,7 @@ from tapegrad.nn import _f_linear as LIN
 from tapegrad.nn import _f_loss as L
 from tapegrad.nn import _f_norm as N
 from tapegrad.nn import _f_pool as P
+from tapegrad.nn import _f_rnn as RNN
 from tapegrad.ops import _elementwise as E
 from tapegrad.ops import _softmax as SM
 
@@ -67,6 +68,30 @@ def _heads(dt):
     qkv = _r(30, (2, 6, 3, 2, 8), dt)
     out = A._attn_qkv(qkv, None, 0.35, None)
     return qkv, out
+
+
+def _seq(mode, dt):
+    """A recurrent layer-direction's inputs (gi, h0, c0, w_hh, b_hh, reverse): 5 steps, batch 3,
+    hidden 4."""
+    g = RNN.GATES[mode] * 4
+    c0 = _r(53, (3, 4), dt) if mode == "LSTM" else None
+    return (_r(50, (5, 3, g), dt), _r(51, (3, 4), dt), c0, _r(52, (g, 4), dt) * 0.5,
+            _r(54, (g,), dt), False)
+
+
+def _seq_grad(mode, dt):
+    gi, h0, c0, w_hh, b_hh, reverse = _seq(mode, dt)
+    y, ws = RNN.SEQ_REFS[mode][0](gi, h0, c0, w_hh, b_hh, reverse)
+    return (_r(55, y.shape, dt), y, ws, h0, c0, w_hh, reverse)
+
+
+def _recurrent_cases():
+    cases = {}
+    for mode, op in RNN.SEQ_OPS.items():
+        fwd, bwd = RNN.SEQ_REFS[mode]
+        cases[op] = (False, lambda dt, mode=mode, fwd=fwd: (fwd, _seq(mode, dt)))
+        cases[op + "_grad"] = (False, lambda dt, mode=mode, bwd=bwd: (bwd, _seq_grad(mode, dt)))
+    return cases
 
 
 # op -> (exact, (dtype) -> (reference, args)); in-place operations are compared on what they
@@ -144,6 +169,7 @@ CASES = {
     "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
     "adam": (True, _adam_case),
 }
+CASES.update(_recurrent_cases())
 
 
 def _copy(a):

@@ -111,6 +111,21 @@ CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
     ("round", lambda x: np.round(x * 10, 1) + x, (X,)),
     ("sinc", np.sinc, (X,)),
     ("linspace", lambda a, b: np.linspace(a.sum(), b.sum(), 5), (X, SQ)),
+    ("var", lambda x: np.var(x, axis=0), (X,)),  # numpy's ddof=0 when not given
+    ("std", np.std, (X,)),
+    ("einsum/interleaved", lambda x, y: np.einsum(x, [0, 1], y, [2, 1], [0, 2]), (X, X)),
+    ("cross/axisa", lambda x, y: np.cross(x, y, axisa=0, axisc=0), (SQ, V3[:1])),
+    ("trace/offset", lambda x: np.trace(x, offset=1), (X,)),
+    ("real", np.real, (X,)),
+    ("real_if_close", np.real_if_close, (X,)),
+    ("gradient", lambda x: np.gradient(x, 0.5), (X,)),
+    ("gradient/axis", lambda x: np.gradient(x, axis=1), (X,)),
+    ("row_stack", lambda x, v: np.vstack([x, v], casting="same_kind"), (X, V)),
+    ("ufunc/conjugate", np.conjugate, (X,)),
+    ("ufunc/degrees", np.degrees, (X,)),
+    ("linalg.eigh/UPLO", lambda a: np.linalg.eigh(a, "U")[0], (SQ,)),  # SQ is not symmetric
+    ("linalg.eigh/lower", lambda a: np.linalg.eigh(a)[0], (SQ,)),
+    ("linalg.eig", lambda a: np.linalg.eig(a @ a.T)[0], (SQ,)),  # symmetric: real eigenvalues
     ("linalg.norm", np.linalg.norm, (X,)),
     ("linalg.norm/ord", lambda x: np.linalg.norm(x, ord=1, axis=1), (X,)),
     ("linalg.inv", np.linalg.inv, (SQ,)),
@@ -189,6 +204,8 @@ CONSTANT_CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
     ("ones_like", np.ones_like, (X,)),
     ("full_like", lambda x: np.full_like(x, 2.5), (X,)),
     ("empty_like", lambda x: np.empty_like(x).shape, (X,)),
+    ("imag", np.imag, (X,)),
+    ("angle", np.angle, (X,)),
 ]
 # spellings whose case above goes by another name
 ALSO = {"permute_dims": "transpose", "concat": "concatenate", "around": "round",
@@ -254,10 +271,10 @@ def test_numpy_array_gradient_through_numpy_calls_matches_torch() -> None:
         lambda x: np.convolve(x[0], x[1]),
         np.fft.fft,
         lambda x: np.interp(x, [0, 1], [0, 1]),
-        lambda x: np.linalg.eig(x[:, :3]),
+        lambda x: np.linalg.eigvals(x[:, :3]),
         lambda x: np.add.at(x, [0], 1.0),
     ],
-    ids=["median", "percentile", "unique", "convolve", "fft", "interp", "eig", "ufunc.at"],
+    ids=["median", "percentile", "unique", "convolve", "fft", "interp", "eigvals", "ufunc.at"],
 )
 def test_numpy_functions_tapegrad_lacks_raise_instead_of_detaching(call: Callable) -> None:
     x = tg.tensor(X)
@@ -536,3 +553,147 @@ def test_singular_values_and_eigenvalues_alone_have_gradients_when_repeated() ->
     t = torch.tensor(s, requires_grad=True)
     (torch.linalg.eigvalsh(t) * torch.tensor([1.0, 1.0, 2.0], dtype=torch.float64)).sum().backward()
     np.testing.assert_allclose(tape.gradient(w, x).numpy(), t.grad.numpy(), atol=1e-12)
+
+
+# --- numpy spellings that HIPS autograd's tests use ---------------------------------------------
+def _f64(a: np.ndarray) -> tg.Tensor:
+    return tg.tensor(np.asarray(a, dtype=np.float64))
+
+
+@pytest.mark.parametrize(
+    ("f", "ref"),
+    [
+        (lambda x: tg.r_[x, x], lambda x: np.r_[x, x]),
+        (lambda x: tg.r_[x[0], 2.0, 1:4], lambda x: np.r_[x[0], 2.0, 1:4]),
+        (lambda x: tg.c_[x, X], lambda x: np.c_[x, X]),
+        (lambda x: tg.c_[x[0], x[1]], lambda x: np.c_[x[0], x[1]]),
+    ],
+)
+def test_r_and_c_concatenate_as_numpy_on_the_tape(f: Callable, ref: Callable) -> None:
+    np.testing.assert_allclose(f(_f64(X)).numpy(), ref(X))
+    check_grads(f, [_f64(X)])
+
+
+def test_r_refuses_numpy_string_directives() -> None:
+    with pytest.raises(TypeError, match="string directives"):
+        tg.r_["0,2", tg.ones(2)]
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2)])
+def test_gradient_matches_numpy_and_finite_differences(axis: Any) -> None:
+    a = np.random.default_rng(1).standard_normal((4, 3, 5))
+    got, want = _flat(tg.gradient(_f64(a), axis=axis)), _flat(np.gradient(a, axis=axis))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-12)
+    check_grads(lambda x: tg.stack(_flat(tg.gradient(x, axis=axis))), [_f64(a)])
+
+
+def test_gradient_errors_name_the_fix() -> None:
+    with pytest.raises(ValueError, match="edge_order=1"):
+        tg.gradient(tg.ones(4), edge_order=2)
+    with pytest.raises(ValueError, match="need 2"):
+        tg.gradient(tg.ones((1, 3)), axis=0)
+
+
+def test_degrees_radians_and_real_parts() -> None:
+    x = _f64(X)
+    np.testing.assert_allclose(tg.degrees(x).numpy(), np.degrees(X))
+    np.testing.assert_allclose(tg.radians(x).numpy(), np.radians(X))
+    np.testing.assert_array_equal(tg.angle(x, deg=True).numpy(), np.angle(X, deg=True))
+    np.testing.assert_array_equal(tg.conj(x).numpy(), X)
+    check_grads(lambda t: tg.degrees(t) + tg.real(t) + tg.imag(t) + tg.angle(t), [x])
+
+
+def test_einsum_interleaved_form_matches_numpy_and_torch() -> None:
+    a = np.random.default_rng(2).standard_normal((2, 3, 4))
+    b = np.random.default_rng(3).standard_normal((4, 5))
+    got = tg.einsum(_f64(a), [Ellipsis, 0, 1], _f64(b), [1, 2], [Ellipsis, 0, 2])
+    np.testing.assert_allclose(got.numpy(), np.einsum(a, [Ellipsis, 0, 1], b, [1, 2]))
+    check_grads(lambda x, y: tg.einsum(x, [0, 1, 2], y, [2, 3]), [_f64(a), _f64(b)])
+    ta = torch.tensor(a, requires_grad=True)
+    torch.einsum(ta, [0, 1, 2], torch.tensor(b), [2, 3]).square().sum().backward()
+    g = tg.grad(lambda x: tg.einsum(x, [0, 1, 2], _f64(b), [2, 3]).square().sum())(_f64(a))
+    np.testing.assert_allclose(g.numpy(), ta.grad.numpy(), rtol=1e-10)
+    with pytest.raises(ValueError, match="sublist"):
+        tg.einsum(_f64(b), [0, "j"])
+
+
+@pytest.mark.parametrize("kw", [{}, {"axisa": 0}, {"axisb": 0, "axisc": 0}, {"axis": 0}])
+def test_cross_takes_numpy_axis_arguments(kw: dict) -> None:
+    a = np.random.default_rng(4).standard_normal((3, 3))
+    b = np.random.default_rng(5).standard_normal((3, 3))
+    np.testing.assert_allclose(tg.cross(_f64(a), _f64(b), **kw).numpy(), np.cross(a, b, **kw))
+    check_grads(lambda x, y: tg.cross(x, y, **kw), [_f64(a), _f64(b)])
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_reads_one_triangle_as_numpy(uplo: str) -> None:
+    a = np.random.default_rng(6).standard_normal((2, 4, 4))  # not symmetric
+    w, v = tg.linalg.eigh(_f64(a), uplo)
+    ww, vv = np.linalg.eigh(a, uplo)
+    np.testing.assert_allclose(w.numpy(), ww, rtol=1e-10)
+    np.testing.assert_allclose(np.abs(v.numpy()), np.abs(vv), rtol=1e-8, atol=1e-10)
+    check_grads(lambda x: tg.linalg.eigh(x, uplo)[0], [_f64(a)])
+    # torch reads the same triangle: the eigenvalues' gradient agrees on it
+    ta = torch.tensor(a, requires_grad=True)
+    (torch.linalg.eigvalsh(ta, UPLO=uplo) ** 2).sum().backward()
+    g = tg.grad(lambda x: (tg.linalg.eigh(x, uplo)[0] ** 2).sum())(_f64(a)).numpy()
+    tri = np.tril if uplo == "L" else np.triu
+    np.testing.assert_allclose(tri(g), tri(ta.grad.numpy() + np.swapaxes(ta.grad.numpy(), -1, -2)
+                               - ta.grad.numpy() * np.eye(4)), rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="UPLO"):
+        tg.linalg.eigh(_f64(a), "X")
+
+
+def test_tensor_ravel_method() -> None:
+    x = _f64(X)
+    np.testing.assert_array_equal(x.ravel().numpy(), X.ravel())
+    check_grads(lambda t: t.ravel() * 2.0, [x])
+
+
+def test_a_list_of_taped_tensors_given_to_an_op_stays_on_the_tape() -> None:
+    x = _f64(V)
+    g = tg.grad(lambda t: tg.mean([t[0], t[1] * 2.0, 3.0]))(x)
+    tv = torch.tensor(V, requires_grad=True)
+    torch.stack([tv[0], tv[1] * 2.0, torch.tensor(3.0, dtype=torch.float64)]).mean().backward()
+    np.testing.assert_allclose(g.numpy(), tv.grad.numpy())
+    check_grads(lambda t: tg.linalg.norm([t[0], [t[1], t[2]]][1]), [x])
+
+
+def test_writing_into_a_watched_source_raises_instead_of_a_wrong_gradient() -> None:
+    with tg.Tape() as tape:
+        x = _f64(V).trace(tape)
+        with pytest.raises(TypeError, match="write into a copy"):
+            x[1] = 3.0
+        y = x * 1.0
+        y[1] = 3.0  # an op's output may be written
+    g = tape.gradient(y, x, output_gradients=tg.ones(4, dtype=tg.float64))
+    assert g.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_check_grads_accepts_a_function_that_ignores_its_input() -> None:
+    check_grads(lambda t: tg.tensor(np.ones(3)), [_f64(V)])
+
+
+def test_eig_of_a_real_spectrum_matches_numpy_and_complex_raises() -> None:
+    p = np.random.default_rng(7).uniform(-1, 1, (4, 4)) + 2 * np.eye(4)
+    a = p @ (np.array([1.0, 2.5, 4.0, 6.0])[:, None] * np.linalg.inv(p))  # not symmetric
+    w, v = np.linalg.eig(_f64(a))
+    ww, vv = np.linalg.eig(a)
+    np.testing.assert_allclose(w.numpy(), ww, rtol=1e-10)
+    np.testing.assert_allclose(v.numpy(), vv, rtol=1e-8, atol=1e-10)
+    check_grads(lambda x: tg.linalg.eig(x)[0], [_f64(a)])
+    check_grads(lambda x: tg.linalg.eig(x)[1] ** 2, [_f64(a)])
+    with pytest.raises(ValueError, match="complex eigenvalues.*eigh"):
+        tg.linalg.eig(tg.tensor([[0.0, 1.0], [-1.0, 0.0]]))
+
+
+def test_numpy_where_with_one_argument_gives_the_indices() -> None:
+    c = X > 0
+    got, want = np.where(tg.tensor(c)), np.where(c)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w)
+    with pytest.raises(ValueError, match="both x and y"):
+        np.where(tg.tensor(c), tg.tensor(X))

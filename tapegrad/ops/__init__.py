@@ -68,6 +68,7 @@ from ._linalg import (
     tensordot,
 )
 from ._numpy_extra import (
+    angle,
     append,
     arccos,
     arccosh,
@@ -81,10 +82,14 @@ from ._numpy_extra import (
     atleast_1d,
     atleast_2d,
     atleast_3d,
+    c_,
     column_stack,
+    conj,
+    conjugate,
     cosh,
     cross,
     deg2rad,
+    degrees,
     diag,
     diagonal,
     diff,
@@ -97,9 +102,11 @@ from ._numpy_extra import (
     flipud,
     fmax,
     fmin,
+    gradient,
     hsplit,
     hstack,
     hypot,
+    imag,
     inner,
     kron,
     logaddexp,
@@ -107,10 +114,15 @@ from ._numpy_extra import (
     matrix_trace,
     partition,
     positive,
+    r_,
     rad2deg,
+    radians,
     ravel,
+    real,
+    real_if_close,
     rollaxis,
     rot90,
+    row_stack,
     select,
     sinc,
     sinh,
@@ -366,6 +378,8 @@ for _name in DIM_OPS:
         globals()[_name] = with_dim(globals()[_name])
 std, var = with_unbiased(std), with_unbiased(var)
 __all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne", "set_fp_warnings"]
+__all__ += ["angle", "c_", "conj", "conjugate", "degrees", "gradient", "imag", "r_", "radians"]
+__all__ += ["real", "real_if_close", "row_stack"]
 __all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
 
 _install_quiet_kernels()

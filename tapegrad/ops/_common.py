@@ -17,7 +17,29 @@ def as_tensor(x: Any, name: str = "op") -> Tensor:
         if x.dtype.kind == "c":
             raise TypeError(complex_error("a tapegrad op" if name == "op" else name, x.dtype))
         return _wrap(x)
+    if isinstance(x, (list, tuple)) and _holds_tensor(x):
+        return _stack_nested(x, _first_tensor(x).dtype)  # stays on the tape (numpy.array([t, t]))
     return Tensor(x)
+
+
+def _holds_tensor(x: Any) -> bool:
+    return any(isinstance(v, Tensor) or (isinstance(v, (list, tuple)) and _holds_tensor(v)) for v in x)
+
+
+def _first_tensor(x: Any) -> Any:
+    for v in x:
+        t = v if isinstance(v, Tensor) else _first_tensor(v) if isinstance(v, (list, tuple)) else None
+        if t is not None:
+            return t
+    return None
+
+
+def _stack_nested(x: Any, dtype: Any) -> Tensor:
+    from . import _shape as S  # noqa: PLC0415 - _shape imports this module
+
+    if isinstance(x, (list, tuple)):
+        return S.stack([_stack_nested(v, dtype) for v in x])
+    return x if isinstance(x, Tensor) else _wrap(np.asarray(x, dtype=dtype))
 
 
 def operands(x: Any, y: Any) -> tuple[Any, Any]:

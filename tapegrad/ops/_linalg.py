@@ -185,13 +185,42 @@ def _explicit(subscripts: str, ops: list[Tensor]) -> str:
 
 
 @lower
-def einsum(subscripts: str, *operands_: Any) -> Tensor:
+def _interleaved(args: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """numpy's ``einsum(op0, sublist0, op1, sublist1, ..., [sublistout])`` as subscripts."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+    def term(sub: Any) -> str:
+        out = []
+        for i in sub:
+            if i is Ellipsis:
+                out.append("...")
+            elif isinstance(i, int) and 0 <= i < len(letters):
+                out.append(letters[i])
+            else:
+                raise ValueError(
+                    f"einsum: a sublist holds ints in [0, 52) or Ellipsis, got {i!r} in {sub!r}"
+                )
+        return "".join(out)
+
+    ops = list(args[0:-1:2] if len(args) % 2 else args[0::2])  # odd: the last is the output's
+    terms = [term(sub) for sub in args[1::2]]
+    out = "->" + term(args[-1]) if len(args) % 2 else ""
+    return ",".join(terms) + out, ops
+
+
+def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
+
+    numpy's interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` works too.
 
     >>> import tapegrad as tg
     >>> tg.einsum("ij,jk->ik", tg.arange(6.0).reshape(2, 3), tg.ones((3, 2))).tolist()
     [[3.0, 3.0], [12.0, 12.0]]
+    >>> tg.einsum(tg.ones((2, 3)), [0, 1], tg.ones(3), [1], [0]).tolist()
+    [3.0, 3.0]
     """
+    if not isinstance(subscripts, str):
+        subscripts, operands_ = _interleaved((subscripts, *operands_))  # type: ignore[assignment]
     ops = [as_tensor(o) for o in operands_]
     s = _explicit(subscripts, ops)
     if not re.fullmatch(r"[A-Za-z]*(,[A-Za-z]*)*->[A-Za-z]*", s):

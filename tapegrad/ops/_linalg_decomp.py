@@ -17,7 +17,7 @@ from typing import Any
 from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._dtypes import default_float
-from .._tensor import Tensor
+from .._tensor import Tensor, _wrap
 from . import _shape as S
 from ._common import as_tensor, operands
 
@@ -180,17 +180,65 @@ def _nonzero(xp: Any, g: Any) -> bool:
 _eigh = defprim("linalg.eigh", _eigh_fwd, _eigh_vjp, (OUT,))
 
 
-def eigh(a: Any) -> tuple[Tensor, Tensor]:
-    """Eigenvalues (ascending) and eigenvectors of symmetric matrices; reads
-    ``(a + a.T) / 2``. The gradient needs distinct eigenvalues.
+def eigh(a: Any, UPLO: str = "L") -> tuple[Tensor, Tensor]:  # noqa: N803 - numpy's name
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices. As numpy, only the lower
+    (``UPLO="L"``) or upper (``"U"``) triangle is read. The gradient needs distinct eigenvalues.
 
     >>> import tapegrad as tg
     >>> w, v = tg.linalg.eigh(tg.tensor([[2.0, 0.0], [0.0, 1.0]]))
     >>> w.tolist()
     [1.0, 2.0]
+    >>> tg.linalg.eigh(tg.tensor([[1.0, 5.0], [0.0, 1.0]]))[0].tolist()  # reads the lower 0.0
+    [1.0, 1.0]
     """
     a = _square(a, "eigh")
-    packed = apply(_eigh, (a + S.swapaxes(a, -1, -2)) * 0.5)
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    tri = S.tril(a, -1) if UPLO == "L" else S.triu(a, 1)
+    diag = a * _wrap(np.eye(a.shape[-1], dtype=a.dtype))
+    packed = apply(_eigh, diag + tri + S.swapaxes(tri, -1, -2))  # the symmetric matrix it reads
+    return packed[..., 0, :], packed[..., 1:, :]
+
+
+def _eig_fwd(a: Any) -> Any:
+    w, v = np.linalg.eig(a)
+    if np.iscomplexobj(w):  # numpy returns real arrays when every eigenvalue is real
+        raise ValueError(
+            f"this matrix of shape {a.shape} has complex eigenvalues; tapegrad's "
+            "tensors are real-valued. For a symmetric matrix use tg.linalg.eigh"
+        )
+    return np.concatenate([w[..., None, :], v], axis=-2)  # (..., 1 + n, n)
+
+
+def _eig_vjp(xp: Any, g: Any, ans: Any, a: Any) -> Any:
+    # the real case of autograd's grad_eig: A = V diag(w) V^-1 with unit-norm columns of V
+    n = ans.shape[-1]
+    w, v = ans[..., 0, :], ans[..., 1:, :]
+    gw, gv = g[..., 0, :], g[..., 1:, :]
+    eye = _eye(xp, v, n)
+    dw = xp.expand_dims(w, -2) - xp.expand_dims(w, -1)  # w_j - w_i
+    f = (1.0 - eye) / (dw + eye)
+    vt = _T(xp, v)
+    vtgv = xp.matmul(vt, gv)
+    inner = eye * xp.expand_dims(gw, -2) + f * vtgv
+    inner = inner - f * xp.matmul(xp.matmul(vt, v), eye * vtgv)  # keeps the columns unit-norm
+    return xp.matmul(xp.matmul(_T(xp, xp.apply(_inv, v)), inner), vt)
+
+
+_eig = defprim("linalg.eig", _eig_fwd, _eig_vjp, (OUT,))
+
+
+def eig(a: Any) -> tuple[Tensor, Tensor]:
+    """Eigenvalues and unit-norm eigenvectors (columns) of a general square matrix whose
+    eigenvalues are all real (complex ones raise). The gradient needs distinct eigenvalues.
+
+    >>> import tapegrad as tg
+    >>> w, v = tg.linalg.eig(tg.tensor([[2.0, 1.0], [0.0, 3.0]]))
+    >>> w.tolist()
+    [2.0, 3.0]
+    """
+    a = _float(_square(a, "eig"), "eig")
+    packed = apply(_eig, a)
     return packed[..., 0, :], packed[..., 1:, :]
 
 

@@ -433,19 +433,29 @@ def kron(x: Any, y: Any) -> Tensor:
     return S.reshape(xs * ys, tuple(a * b for a, b in zip(x.shape, y.shape, strict=True)))
 
 
-def cross(x: Any, y: Any, axis: int = -1) -> Tensor:
-    """The cross product of 3-vectors along ``axis`` (inputs broadcast)."""
+def cross(
+    x: Any, y: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | None = None
+) -> Tensor:
+    """The cross product of 3-vectors along ``axisa`` / ``axisb`` (inputs broadcast), put on
+    ``axisc``; ``axis`` sets all three (numpy's arguments).
+
+    >>> import tapegrad as tg
+    >>> tg.cross(tg.tensor([1.0, 0.0, 0.0]), tg.tensor([0.0, 1.0, 0.0])).tolist()
+    [0.0, 0.0, 1.0]
+    """
+    if axis is not None:
+        axisa = axisb = axisc = axis
     x, y = operands(as_tensor(x), as_tensor(y))
-    x, y = S.moveaxis(x, axis, -1), S.moveaxis(y, axis, -1)
+    x, y = S.moveaxis(x, axisa, -1), S.moveaxis(y, axisb, -1)
     if x.shape[-1] != 3 or y.shape[-1] != 3:
         raise ValueError(
-            f"cross: needs vectors of length 3 along axis {axis}, got shapes {x.shape} and "
-            f"{y.shape}"
+            f"cross: needs vectors of length 3 along axisa={axisa} and axisb={axisb}, got "
+            f"shapes {x.shape} and {y.shape} after moving them last"
         )
     x0, x1, x2 = x[..., 0], x[..., 1], x[..., 2]
     y0, y1, y2 = y[..., 0], y[..., 1], y[..., 2]
     out = S.stack([x1 * y2 - x2 * y1, x2 * y0 - x0 * y2, x0 * y1 - x1 * y0], axis=-1)
-    return S.moveaxis(out, -1, axis)
+    return S.moveaxis(out, -1, axisc)
 
 
 def diagonal(x: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
@@ -484,3 +494,130 @@ def diag(v: Any, k: int = 0) -> Tensor:
     m = S.expand_dims(v, -1) * _wrap(np.eye(n, dtype=v.dtype))
     a = builtins.abs(k)
     return S.pad(m, ((0, a), (a, 0)) if k >= 0 else ((a, 0), (0, a)))
+
+
+# --- numpy spellings: aliases, index tricks, real parts, finite differences --------------------
+degrees = rad2deg
+radians = deg2rad
+
+
+def row_stack(xs: Any) -> Tensor:
+    """numpy's older name of ``vstack``."""
+    return vstack(xs)
+
+
+def _real_only(x: Any, name: str) -> Tensor:
+    x = as_tensor(x, name)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{name}: tapegrad's tensors are real-valued, got {x.dtype}")
+    return x
+
+
+def real(x: Any) -> Tensor:
+    """The real part: a real tensor itself."""
+    return _real_only(x, "real")
+
+
+def real_if_close(x: Any, tol: float = 100) -> Tensor:
+    """numpy's ``real_if_close``: a real tensor itself."""
+    return _real_only(x, "real_if_close")
+
+
+def imag(x: Any) -> Tensor:
+    """The imaginary part: zeros for a real tensor (no gradient flows)."""
+    return _real_only(x, "imag") * 0.0
+
+
+def conj(x: Any) -> Tensor:
+    """The complex conjugate: a real tensor itself."""
+    return _real_only(x, "conj")
+
+
+conjugate = conj
+
+
+def angle(x: Any, deg: bool = False) -> Tensor:
+    """The argument of each element: pi for negative reals, 0 otherwise (zero gradient).
+
+    >>> import tapegrad as tg
+    >>> tg.angle(tg.tensor([-2.0, 3.0]), deg=True).tolist()
+    [180.0, 0.0]
+    """
+    x = _f(_real_only(x, "angle"))
+    half = 180.0 if deg else math.pi
+    return (x < 0).astype(x.dtype) * half + x * 0.0  # x * 0.0 keeps it on the tape
+
+
+def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+    """numpy's ``gradient``: central differences inside, one-sided at the edges.
+
+    ``varargs`` are scalar spacings (one, or one per axis); a list for several axes.
+
+    >>> import tapegrad as tg
+    >>> tg.gradient(tg.tensor([1.0, 2.0, 4.0, 7.0])).tolist()
+    [1.0, 1.5, 2.5, 3.0]
+    """
+    f = _f(f)
+    axes = (
+        list(range(f.ndim))
+        if axis is None
+        else [check_axis(a, f.ndim, "gradient") for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
+    )
+    if edge_order != 1:
+        raise ValueError(f"gradient: only edge_order=1 is supported, got {edge_order}")
+    hs = list(varargs) if len(varargs) > 1 else list(varargs) * len(axes) or [1.0] * len(axes)
+    if len(hs) != len(axes) or any(np.ndim(h) != 0 for h in hs):
+        raise ValueError(
+            f"gradient: give one scalar spacing, or one per axis ({len(axes)}); got {len(varargs)} "
+            "(coordinate arrays are not supported)"
+        )
+    out = []
+    for a, h in zip(axes, hs, strict=True):
+        n = f.shape[a]
+        if n < 2:
+            raise ValueError(f"gradient: axis {a} has {n} element(s) of shape {f.shape}; need 2")
+
+        def part(lo: int, hi: int, a: int = a) -> Tensor:
+            return f[(slice(None),) * a + (slice(lo, hi),)]
+
+        pieces = [part(1, 2) - part(0, 1)]
+        if n > 2:
+            pieces.append((part(2, n) - part(0, n - 2)) * 0.5)
+        pieces.append(part(n - 1, n) - part(n - 2, n - 1))
+        out.append(S.concatenate(pieces, axis=a) / float(h))
+    return out[0] if len(out) == 1 else out
+
+
+class _IndexConcat:
+    """``tg.r_[...]`` / ``tg.c_[...]``: numpy's concatenating index objects, on the tape.
+
+    Items are tensors, arrays, numbers or slices (``1:10`` is numpy's ``arange``); numpy's
+    string directives (``r_['0,2', ...]``) are not supported.
+    """
+
+    def __init__(self, name: str, columns: bool) -> None:
+        self._name, self._columns = name, columns
+
+    def __getitem__(self, key: Any) -> Tensor:
+        items = key if isinstance(key, tuple) else (key,)
+        ts = []
+        for it in items:
+            if isinstance(it, str):
+                raise TypeError(
+                    f"{self._name}[{it!r}, ...]: string directives are not supported; use "
+                    "tg.concatenate / tg.stack with an axis"
+                )
+            t = _wrap(np.r_[it]) if isinstance(it, slice) else as_tensor(it, self._name)
+            if self._columns:
+                t = S.reshape(t, (1, 1)) if t.ndim == 0 else t[:, None] if t.ndim == 1 else t
+            elif t.ndim == 0:
+                t = S.reshape(t, (1,))
+            ts.append(t)
+        return S.concatenate(ts, axis=-1 if self._columns else 0)
+
+    def __repr__(self) -> str:
+        return f"tg.{self._name}"
+
+
+r_ = _IndexConcat("r_", columns=False)
+c_ = _IndexConcat("c_", columns=True)
