@@ -218,22 +218,9 @@ register("adam", "loop", _adam, "optim:adam_step")
 
 
 # -- recurrent layers (rnn.py): a layer-direction's whole sequence, forward and backward ------
-_RNN_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def _c_floats(*arrays: Any) -> bool:
-    """numpy arrays (None skipped), C-contiguous, of one float dtype: what the kernels read."""
-    dt = None
-    for a in arrays:
-        if a is None:
-            continue
-        if type(a) is not np.ndarray or not a.flags.c_contiguous or a.dtype not in _RNN_FLOATS:
-            return False
-        if dt is None:
-            dt = a.dtype
-        elif a.dtype != dt:
-            return False
-    return True
+    """``floats``, each C-contiguous (None skipped): what the recurrent kernels read."""
+    return floats(*arrays) and all(a is None or a.flags.c_contiguous for a in arrays)
 
 
 def _seq_fits(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> bool:
