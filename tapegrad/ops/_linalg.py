@@ -184,7 +184,6 @@ def _explicit(subscripts: str, ops: list[Tensor]) -> str:
     return s
 
 
-@lower
 def _interleaved(args: tuple[Any, ...]) -> tuple[str, list[Any]]:
     """numpy's ``einsum(op0, sublist0, op1, sublist1, ..., [sublistout])`` as subscripts."""
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -208,6 +207,7 @@ def _interleaved(args: tuple[Any, ...]) -> tuple[str, list[Any]]:
     return ",".join(terms) + out, ops
 
 
+@lower
 def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
 
