@@ -922,10 +922,6 @@ OPEN: dict[tuple[str, str], str] = {
     "`torch.gradient(x)` a tuple of one tensor, so `tg.gradient(x)[0]` is a number; n-d inputs agree",
     ("Tensor", "type"): "`x.type()` is the dtype's name (`'float32'`), PyTorch's the tensor "
     "type (`'torch.FloatTensor'`); `x.type(dtype)` casts in both",
-    ("numpy", "round"): "`tg.round(x, 1)` / `decimals=` (numpy's and PyTorch's) is a generic "
-    "TypeError: tapegrad's round takes no decimals",
-    ("torch", "round"): "`tg.round(x, 1)` / `decimals=` (numpy's and PyTorch's) is a generic "
-    "TypeError: tapegrad's round takes no decimals",
 }
 
 

@@ -216,3 +216,22 @@ def test_integer_inputs_promote_as_pytorch(case):
     ref, got = f(torch, torch.tensor(a)), f(tg, tg.tensor(a))
     assert str(got.dtype) == str(ref.dtype).removeprefix("torch.")
     np.testing.assert_allclose(got.numpy().astype(float), ref.numpy().astype(float), rtol=1e-3)
+
+
+@pytest.mark.parametrize("decimals", [0, 1, 2, -1])
+def test_round_takes_decimals_as_numpy_and_pytorch_with_a_zero_gradient(decimals):
+    a = (np.random.default_rng(1).standard_normal((3, 4)) * 50).astype(np.float32)
+    t = torch.tensor(a, requires_grad=True)
+    ref = torch.round(t, decimals=decimals)
+    ref.sum().backward()
+    x = tg.tensor(a)
+    with tg.Tape() as tape:
+        tape.watch(x)
+        got = tg.round(x, decimals)
+        total = got.sum()
+    np.testing.assert_array_equal(got.numpy(), ref.detach().numpy())
+    np.testing.assert_array_equal(got.numpy(), np.round(a, decimals))
+    np.testing.assert_array_equal(x.round(decimals=decimals).numpy(), got.numpy())
+    np.testing.assert_array_equal(tape.gradient(total, x).numpy(), t.grad.numpy())
+    with pytest.raises(TypeError, match="round: decimals must be an int"):
+        tg.round(x, 1.5)

@@ -135,7 +135,28 @@ def _zero_grad(name: str, f: Any) -> Any:
 
 floor = _zero_grad("floor", np.floor)
 ceil = _zero_grad("ceil", np.ceil)
-round = _zero_grad("round", np.round)  # halves to even, as numpy and PyTorch
+_round = _zero_grad("round", np.round)  # halves to even, as numpy and PyTorch
+
+
+def round(x: Any, decimals: int = 0) -> Tensor:
+    """Elementwise rounding to ``decimals`` places, halves to even (numpy's and PyTorch's
+    ``round(x, decimals)``; a negative ``decimals`` rounds to tens, hundreds...); zero gradient.
+
+    >>> import tapegrad as tg
+    >>> tg.round(tg.tensor([1.25, 2.5, 36.0]), decimals=1).tolist()
+    [1.2000000476837158, 2.5, 36.0]
+    >>> tg.round(tg.tensor([1.5, 2.5, 36.0]), -1).tolist()
+    [0.0, 0.0, 40.0]
+    """
+    if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)):
+        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    if decimals == 0:
+        return _round(x)
+    if decimals > 0:  # scale, round, unscale: numpy's and PyTorch's order of operations
+        scale = 10.0 ** int(decimals)
+        return _round(as_tensor(x) * scale) / scale
+    scale = 10.0 ** -int(decimals)
+    return _round(as_tensor(x) / scale) * scale
 trunc = _zero_grad("trunc", np.trunc)
 
 
