@@ -12,6 +12,7 @@ from ._backend import np
 from ._tensor import TAPE_LOOP, Tensor, _wrap
 from .ops import _elementwise as E
 from .ops import _linalg as L
+from .ops import _numpy_extra as NX
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
@@ -546,6 +547,7 @@ def _bind_torch_names() -> None:
         "gt": TN.gt,
         "ge": TN.ge,
         "narrow": TN.narrow,
+        "select": lambda self, dim, index: NX.select(self, dim=dim, index=index),
         "view_as": lambda self, other: S.reshape(self, other.shape),
         "contiguous": lambda self: self,  # arrays here are always usable as they are
         "type": _type,

@@ -368,6 +368,7 @@ def _tensor_recipes() -> dict[str, Recipe]:
         (lambda ns, x: x.split(1, dim=0)[0], lambda ns, x: x.split([1, 1], dim=-1)[1])
     )
     r["narrow"] = Recipe((_meth("narrow", 0, 0, 1), _meth("narrow", -1, 1, 1)))
+    r["select"] = Recipe((_meth("select", 0, 1), _meth("select", -1, 0)))
     r["broadcast_to"] = Recipe((lambda ns, x: x.broadcast_to((2, *x.shape)),))
     r["topk"] = Recipe((lambda ns, x: x.topk(1)[0], lambda ns, x: x.topk(2, dim=-1)[1]))
     r["index_select"] = Recipe((lambda ns, x: x.index_select(0, ns.tensor([1, 0])),))
@@ -916,8 +917,6 @@ DELIBERATE: dict[tuple[str, str], str] = {
 OPEN: dict[tuple[str, str], str] = {
     ("torch", "sort"): "`tg.sort(x)` is numpy's sorted array, `torch.sort(x)` a (values, "
     "indices) pair, so `tg.sort(x)[0]` is a row; should raise unless `axis=` / `dim=` says which",
-    ("torch", "select"): "`tg.select(x, 0, 1)` (PyTorch's slice at an index) fails in numpy's "
-    "`select(condlist, choicelist)` with a generic TypeError",
     ("torch", "gradient"): "`tg.gradient(x)` on a 1-d tensor is numpy's one array, "
     "`torch.gradient(x)` a tuple of one tensor, so `tg.gradient(x)[0]` is a number; n-d inputs agree",
     ("Tensor", "type"): "`x.type()` is the dtype's name (`'float32'`), PyTorch's the tensor "

@@ -235,3 +235,26 @@ def test_round_takes_decimals_as_numpy_and_pytorch_with_a_zero_gradient(decimals
     np.testing.assert_array_equal(tape.gradient(total, x).numpy(), t.grad.numpy())
     with pytest.raises(TypeError, match="round: decimals must be an int"):
         tg.round(x, 1.5)
+
+
+def test_select_is_pytorchs_with_ints_and_numpys_with_lists():
+    a = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    t = torch.tensor(a, requires_grad=True)
+    torch.select(t, 1, -1).sum().backward()
+    x = tg.tensor(a)
+    with tg.Tape() as tape:
+        tape.watch(x)
+        total = tg.select(x, 1, -1).sum()
+    np.testing.assert_array_equal(tape.gradient(total, x).numpy(), t.grad.numpy())
+    for d, i in [(0, 1), (-1, 0), (2, 3)]:
+        ref = torch.select(t, d, i).detach().numpy()
+        np.testing.assert_array_equal(tg.select(x, d, i).numpy(), ref)
+        np.testing.assert_array_equal(x.select(d, i).numpy(), ref)
+        np.testing.assert_array_equal(tg.select(x, dim=d, index=i).numpy(), ref)
+    np.testing.assert_array_equal(
+        tg.select([x > 5, x > 2], [x, -x], 0.5).numpy(), np.select([a > 5, a > 2], [a, -a], 0.5)
+    )
+    with pytest.raises(IndexError, match="select: index 5 is out of range for dim 0 of size 2"):
+        tg.select(x, 0, 5)
+    with pytest.raises(TypeError, match=r"PyTorch's select\(input, dim, index\)"):
+        tg.select(x, 0)

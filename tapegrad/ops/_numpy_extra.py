@@ -346,8 +346,46 @@ def diff(x: Any, n: int = 1, axis: int = -1) -> Tensor:
     return x
 
 
-def select(condlist: Any, choicelist: Any, default: Any = 0) -> Tensor:
-    """The first choice whose condition holds, elementwise; ``default`` where none does."""
+_UNSET: Any = object()  # select's default not given (PyTorch's select then needs an index)
+
+
+def select(
+    condlist: Any,
+    choicelist: Any = None,
+    default: Any = _UNSET,
+    *,
+    dim: int | None = None,
+    index: int | None = None,
+) -> Tensor:
+    """numpy's ``select(condlist, choicelist, default)``: the first choice whose condition
+    holds, elementwise, ``default`` where none does. With an int second argument (or ``dim=`` /
+    ``index=``) it is PyTorch's ``select(input, dim, index)``: ``input`` at ``index`` along
+    ``dim``, that axis removed.
+
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> tg.select(x, 1, 0).tolist()
+    [1.0, 3.0]
+    >>> tg.select([x > 2], [x], default=0.0).tolist()
+    [[0.0, 0.0], [3.0, 4.0]]
+    """
+    if dim is not None or index is not None or _is_int(choicelist):
+        if dim is None:
+            dim, choicelist = choicelist, None
+        if index is None:
+            index, default = default, _UNSET
+        if choicelist is not None or default is not _UNSET or not (_is_int(dim) and _is_int(index)):
+            raise TypeError(
+                "select: give PyTorch's select(input, dim, index) with two ints, or numpy's "
+                "select(condlist, choicelist, default) with two lists"
+            )
+        return _select_index(as_tensor(condlist), int(dim), int(index))  # type: ignore[arg-type]
+    if choicelist is None:
+        raise TypeError(
+            "select: missing the second argument: numpy's select(condlist, choicelist) or "
+            "PyTorch's select(input, dim, index)"
+        )
+    default = 0 if default is _UNSET else default
     if len(condlist) != len(choicelist):
         raise ValueError(
             f"select: {len(condlist)} conditions for {len(choicelist)} choices; give one each"
@@ -356,6 +394,21 @@ def select(condlist: Any, choicelist: Any, default: Any = 0) -> Tensor:
     for c, v in zip(reversed(condlist), reversed(choicelist), strict=True):
         out = E.where(c, v, out)
     return as_tensor(out)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _select_index(x: Tensor, dim: int, index: int) -> Tensor:
+    """PyTorch's select: ``x`` at ``index`` along ``dim``."""
+    ax = check_axis(dim, x.ndim, "select")
+    n = x.shape[ax]
+    if not -n <= index < n:
+        raise IndexError(
+            f"select: index {index} is out of range for dim {dim} of size {n} (shape {x.shape})"
+        )
+    return x[(slice(None),) * ax + (index,)]
 
 
 def sort(x: Any, axis: int | None = -1) -> Tensor:
