@@ -56,7 +56,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
     the output of an index-put, and ops that saved its old value notice (version counter)."""
     v = value._data if isinstance(value, Tensor) else value
     nidx = S._norm_index(idx)
-    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx):
+    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx, self.ndim):
         raise IndexError(S._LAYOUT_MESSAGE.format(idx=S._show(nidx), shape=self.shape))
     recording = _tape.is_grad_enabled() and (
         any(tp._recording for tp in self._tapes)

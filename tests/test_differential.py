@@ -258,3 +258,34 @@ def test_select_is_pytorchs_with_ints_and_numpys_with_lists():
         tg.select(x, 0, 5)
     with pytest.raises(TypeError, match=r"PyTorch's select\(input, dim, index\)"):
         tg.select(x, 0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "index", "raises"),
+    [
+        ((2, 3), (0, ..., [0, 1]), False),  # the Ellipsis covers no axis: one layout
+        ((2, 3, 4), (0, 1, ..., [0, 1]), False),
+        ((2, 3, 4), ([0, 1], ..., 0), False),
+        ((2, 3, 4), (0, ..., [0, 1]), True),  # numpy (2, 3), PyTorch (3, 2)
+        ((2, 3, 4), (slice(None), 0, ..., [0, 1]), True),
+        ((2, 3, 4), (0, slice(None), [0, 1]), True),
+    ],
+)
+def test_an_int_and_an_array_raise_only_where_numpy_and_pytorch_lay_them_out_differently(
+    shape, index, raises
+):
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    x, t = tg.tensor(a), torch.tensor(a)
+    tindex = tuple(torch.tensor(i) if isinstance(i, list) else i for i in index)
+    if raises:
+        assert not np.array_equal(a[index], t[tindex].numpy())
+        with pytest.raises(IndexError, match="separated by a slice"):
+            x[index]
+        with pytest.raises(IndexError, match="separated by a slice"):
+            x[index] = tg.tensor(np.ones(a[index].shape, np.float32))
+        return
+    np.testing.assert_array_equal(x[index].numpy(), t[tindex].numpy())
+    np.testing.assert_array_equal(x[index].numpy(), a[index])
+    x[index] = tg.tensor(np.full(a[index].shape, -1, np.float32))
+    t[tindex] = -1
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
