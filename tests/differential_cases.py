@@ -211,6 +211,12 @@ def _torch_recipes() -> dict[str, Recipe]:
     r["einsum"] = Recipe((lambda ns, x, y: ns.einsum("i,i->", x, y),), ranks=(1,), n=2)
     r["relu"] = unary("relu")
     r["round"] = Recipe((_fn("round"), _fn("round", decimals=1)), grad=False)
+    for n in ("arctan2", "copysign", "fmod"):
+        r[n] = binary(n, "pos")
+    r["negative"] = unary("negative")
+    r["nansum"] = reduction("nansum")
+    r["nanmean"] = reduction("nanmean")
+    r["median"] = Recipe((_fn("median"), _fn("median", 0), _fn("median", dim=-1)))
     r["equal"] = Recipe((_fn("equal"),), n=2, grad=False)
     r["split"] = Recipe((lambda ns, x: ns.split(x, 1, dim=0)[0], lambda ns, x: ns.split(x, 2)[0],
                          lambda ns, x: ns.split(x, [1, 1], dim=-1)[1]))  # fmt: skip
@@ -910,6 +916,9 @@ DELIBERATE: dict[tuple[str, str], str] = {
         "(`tg.set_default_dtype(tg.float64)` gives numpy's)"
         for n in ("zeros", "ones", "full", "eye", "arange", "linspace", "empty")
     },
+    ("torch", "median"): "numpy's median (`tg.median(x, axis)`: the mean of the two middle values "
+    "of an even count); `torch.median` takes the lower one and, with `dim`, gives (values, "
+    "indices): `tg.median(x, dim=d)` raises, naming both",
 }
 
 # Names whose recipe finds a divergence not fixed yet (the test expects the divergence, so a fix

@@ -317,3 +317,51 @@ def test_an_int_and_an_array_raise_only_where_numpy_and_pytorch_lay_them_out_dif
     x[index] = tg.tensor(np.full(a[index].shape, -1, np.float32))
     t[tindex] = -1
     np.testing.assert_array_equal(x.numpy(), t.numpy())
+
+
+def test_numpys_elementwise_names_mean_what_they_mean_in_numpy():
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((3, 4)) * 4, rng.standard_normal((3, 4)) + 3
+    x, y = tg.tensor(a), tg.tensor(b)
+    for name in ("cbrt", "negative", "rint"):
+        np.testing.assert_array_equal(getattr(tg, name)(x).numpy(), getattr(np, name)(a))
+    for name in ("copysign", "fmod", "mod", "arctan2"):
+        np.testing.assert_array_equal(getattr(tg, name)(x, y).numpy(), getattr(np, name)(a, b))
+    np.testing.assert_allclose(tg.power(abs(x), y).numpy(), np.power(abs(a), b), rtol=1e-15)
+    assert tg.copysign(tg.tensor([1, -2]), tg.tensor([-1, 1])).dtype == tg.float32
+    assert tg.copysign(tg.tensor([1.0, -2.0]), tg.tensor([-0.0, 0.0])).tolist() == [-1.0, 2.0]
+
+
+def test_nansum_and_nanmean_skip_nans_with_pytorchs_gradient():
+    a = np.random.default_rng(3).standard_normal((3, 4))
+    a[0, 1] = a[2, 3] = np.nan
+    for name, kw in [("nansum", {}), ("nansum", {"dim": 0}), ("nanmean", {"dim": 1})]:
+        t = torch.tensor(a, requires_grad=True)
+        ref = getattr(torch, name)(t, **kw)
+        ref.sum().backward()
+        x = tg.tensor(a)
+        with tg.Tape() as tape:
+            tape.watch(x)
+            got = getattr(tg, name)(x, **kw)
+            total = got.sum()
+        np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-14)
+        np.testing.assert_allclose(tape.gradient(total, x).numpy(), t.grad.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(tg.nanmean(tg.tensor(a), 0).numpy(), np.nanmean(a, 0), rtol=1e-14)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_median_is_numpys_and_pytorchs_dim_spelling_raises(n):
+    a = np.random.default_rng(4).permutation(np.arange(2.0 * n)).reshape(2, n)
+    x = tg.tensor(a)
+    for kw in [{}, {"axis": 1}, {"axis": 0, "keepdims": True}, {"keepdims": True}]:
+        np.testing.assert_array_equal(tg.median(x, **kw).numpy(), np.median(a, **kw))
+    with tg.Tape() as tape:
+        tape.watch(x)
+        total = tg.median(x, 1).sum()
+    g = tape.gradient(total, x).numpy()
+    ranks = np.argsort(np.argsort(a, 1), 1)
+    middle = (ranks == (n - 1) // 2) | (ranks == n // 2)
+    np.testing.assert_array_equal(g, middle / middle.sum(1, keepdims=True))
+    with pytest.raises(TypeError, match=r"median: .*numpy's median.*PyTorch's median"):
+        tg.median(x, dim=1)
+    assert tg.ptp(x, 1).tolist() == np.ptp(a, 1).tolist()

@@ -366,6 +366,54 @@ remainder = _binary(
 floor_divide = _binary(
     _floor_divide, "floor_divide", "``floor(x / y)`` (Python's ``//``); zero gradient."
 )
+_fmod = defprim(
+    "fmod",
+    np.fmod,
+    (
+        lambda xp, g, ans, x, y: g,
+        lambda xp, g, ans, x, y: -g * xp.const(np.trunc(np.true_divide(xp.data(x), xp.data(y)))),
+    ),
+    (0, 1),
+)
+fmod = _binary(
+    _fmod, "fmod", "``x mod y`` with the sign of ``x`` (C's ``fmod``, numpy's and PyTorch's)."
+)
+
+
+def _copysign_dx(x: Any, ans: Any) -> Any:
+    """``ans / x`` (the sign flip, +-1), 0 where ``x`` is 0 (as PyTorch)."""
+    r = np.zeros_like(ans)
+    np.divide(ans, x, out=r, where=x != 0)
+    return r
+
+
+def _copysign_fwd(x: Any, y: Any) -> Any:
+    out = np.copysign(x, y)
+    return out if x.dtype.kind == "f" else out.astype(default_float())
+
+
+_copysign = defprim(
+    "copysign",
+    _copysign_fwd,
+    (
+        lambda xp, g, ans, x, y: g * xp.const(_copysign_dx(xp.data(x), xp.data(ans))),
+        lambda xp, g, ans, x, y: xp.zeros_like(g),
+    ),
+    (0, OUT),
+)
+copysign = _binary(
+    _copysign,
+    "copysign",
+    """``|x|`` with the sign of ``y`` (its sign bit: -0.0 counts as negative); the gradient for
+    ``x`` is the sign flip (0 where ``x`` is 0), for ``y`` 0, as PyTorch.""",
+)
+cbrt = _unary(
+    "cbrt",
+    _floatin(np.cbrt),
+    lambda xp, g, ans, x: g / (3.0 * ans * ans),
+    (OUT,),
+    "The cube root (negative for a negative ``x``); the gradient at 0 is infinite.",
+)
 
 
 def divide(x: Any, y: Any) -> Tensor:

@@ -674,3 +674,89 @@ class _IndexConcat:
 
 r_ = _IndexConcat("r_", columns=False)
 c_ = _IndexConcat("c_", columns=True)
+
+
+# --- numpy's spellings of existing ops, and the NaN-skipping and order reductions ----------------
+def negative(x: Any) -> Tensor:
+    """numpy's ``negative``: ``-x``."""
+    return E.neg(x)
+
+
+def power(x: Any, y: Any) -> Tensor:
+    """numpy's ``power``: ``x ** y`` (``pow``)."""
+    return E.pow(x, y)
+
+
+def rint(x: Any) -> Tensor:
+    """numpy's ``rint``: to the nearest integer, halves to even (``round``); zero gradient."""
+    return E.round(x)
+
+
+def arctan2(y: Any, x: Any) -> Tensor:
+    """numpy's ``arctan2(y, x)`` (``atan2``): the angle of the point (x, y)."""
+    return E.atan2(y, x)
+
+
+def mod(x: Any, y: Any) -> Tensor:
+    """numpy's ``mod``: ``x mod y`` with the sign of ``y`` (``remainder``, Python's ``%``)."""
+    return E.remainder(x, y)
+
+
+def nansum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The sum with NaNs counted as 0; their gradient is 0 (numpy's and PyTorch's ``nansum``).
+
+    >>> import tapegrad as tg
+    >>> tg.nansum(tg.tensor([1.0, float("nan"), 2.0])).item()
+    3.0
+    """
+    x = as_tensor(x)
+    return R.sum(E.where(E.isnan(x), 0.0, x), axis, keepdims)
+
+
+def nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The mean of the values that are not NaN (NaN where there are none), as numpy and PyTorch.
+
+    >>> import tapegrad as tg
+    >>> tg.nanmean(tg.tensor([1.0, float("nan"), 2.0])).item()
+    1.5
+    """
+    x = as_tensor(x)
+    count = R.sum(S.astype(E.logical_not(E.isnan(x)), x.dtype), axis, keepdims)
+    return nansum(x, axis, keepdims) / count
+
+
+def ptp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """numpy's ``ptp``: the range, ``max - min`` along ``axis`` (ties share the gradient)."""
+    return R.amax(x, axis, keepdims) - R.amin(x, axis, keepdims)
+
+
+def median(x: Any, axis: int | None = None, keepdims: bool = False, **kwargs: Any) -> Tensor:
+    """numpy's ``median``: the middle value along ``axis`` (all values when None); with an even
+    count, the mean of the two middle ones. The gradient goes to the middle value(s).
+
+    PyTorch's ``torch.median`` differs: the lower of the two middle values, and with ``dim`` a
+    (values, indices) pair; ``dim=`` / ``keepdim=`` therefore raise here.
+
+    >>> import tapegrad as tg
+    >>> tg.median(tg.tensor([4.0, 1.0, 3.0, 2.0])).item()
+    2.5
+    """
+    if kwargs:
+        raise TypeError(
+            f"median: got {sorted(kwargs)}; tg.median is numpy's median(x, axis, keepdims) "
+            "(the mean of the two middle values of an even count); PyTorch's median(x, dim) is a "
+            "(values, indices) pair of the lower middle value: write "
+            "tg.sort(x, axis=d)[..., (n - 1) // 2] along the last axis for its values"
+        )
+    x = as_tensor(x)
+    if axis is None:
+        out = median(ravel(x), 0)
+        return S.reshape(out, (1,) * x.ndim) if keepdims else out
+    ax = check_axis(axis, x.ndim, "median")
+    n = x.shape[ax]
+    if n == 0:
+        raise ValueError(f"median: axis {axis} of shape {x.shape} is empty")
+    s = sort(x, ax)
+    pre = (slice(None),) * ax
+    mid = s[pre + (slice((n - 1) // 2, n // 2 + 1),)]
+    return R.mean(mid, ax, keepdims)
