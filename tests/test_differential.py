@@ -347,6 +347,9 @@ def test_nansum_and_nanmean_skip_nans_with_pytorchs_gradient():
         np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-14)
         np.testing.assert_allclose(tape.gradient(total, x).numpy(), t.grad.numpy(), rtol=1e-14)
     np.testing.assert_allclose(tg.nanmean(tg.tensor(a), 0).numpy(), np.nanmean(a, 0), rtol=1e-14)
+    a[1] = np.nan  # a row of NaNs: NaN (PyTorch's value), with no 0/0 warning
+    got = tg.nanmean(tg.tensor(a), 1).numpy()
+    np.testing.assert_array_equal(got, torch.nanmean(torch.tensor(a), 1).numpy())
 
 
 @pytest.mark.parametrize("n", [3, 4])

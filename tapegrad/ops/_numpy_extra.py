@@ -722,7 +722,8 @@ def nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """
     x = as_tensor(x)
     count = R.sum(S.astype(E.logical_not(E.isnan(x)), x.dtype), axis, keepdims)
-    return nansum(x, axis, keepdims) / count
+    none = E.equal(count, 0)  # all NaN: NaN, without 0/0's warning
+    return E.where(none, float("nan"), nansum(x, axis, keepdims) / E.where(none, 1.0, count))
 
 
 def ptp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -745,8 +746,8 @@ def median(x: Any, axis: int | None = None, keepdims: bool = False, **kwargs: An
         raise TypeError(
             f"median: got {sorted(kwargs)}; tg.median is numpy's median(x, axis, keepdims) "
             "(the mean of the two middle values of an even count); PyTorch's median(x, dim) is a "
-            "(values, indices) pair of the lower middle value: write "
-            "tg.sort(x, axis=d)[..., (n - 1) // 2] along the last axis for its values"
+            "(values, indices) pair of the lower middle value (its values along the last axis: "
+            "tg.sort(x, axis=-1)[..., (n - 1) // 2])"
         )
     x = as_tensor(x)
     if axis is None:
