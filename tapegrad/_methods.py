@@ -12,6 +12,7 @@ from ._backend import np
 from ._tensor import TAPE_LOOP, Tensor, _wrap
 from .ops import _elementwise as E
 from .ops import _linalg as L
+from .ops import _numpy_extra as NX
 from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
@@ -55,7 +56,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
     the output of an index-put, and ops that saved its old value notice (version counter)."""
     v = value._data if isinstance(value, Tensor) else value
     nidx = S._norm_index(idx)
-    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx):
+    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx, self.ndim):
         raise IndexError(S._LAYOUT_MESSAGE.format(idx=S._show(nidx), shape=self.shape))
     recording = _tape.is_grad_enabled() and (
         any(tp._recording for tp in self._tapes)
@@ -546,6 +547,7 @@ def _bind_torch_names() -> None:
         "gt": TN.gt,
         "ge": TN.ge,
         "narrow": TN.narrow,
+        "select": lambda self, dim, index: NX.select(self, dim=dim, index=index),
         "view_as": lambda self, other: S.reshape(self, other.shape),
         "contiguous": lambda self: self,  # arrays here are always usable as they are
         "type": _type,

@@ -278,17 +278,27 @@ def cross_entropy(
         safe, coef, n_valid, bad = prep
         if bad >= 0:
             _valid_and_weights(t, c, None, ignore_index, x.dtype, "cross_entropy")  # raises
-        if reduction == "mean":
+        empty = reduction == "mean" and n_valid == 0
+        if reduction == "mean" and not empty:
             coef *= coef.dtype.type(reciprocal(n_valid))
         out = apply(_CE, x, safe, coef, total=reduction != "none")
+        if empty:  # every target ignored: PyTorch's 0/0 is a NaN loss with a zero gradient
+            out = out + float("nan")
         return S.squeeze(out, 0) if reduction == "none" and unb else out
     safe, valid, w = _valid_and_weights(t, c, weight, ignore_index, x.dtype, "cross_entropy")
+    nan: Any = None  # added to a mean whose weights sum to 0 (NaN there, else 0)
     if isinstance(target, Tensor) and label_smoothing == 0.0 and is_capturing():
-        safe_t, coef_t = _ce_operands(target, t.shape, weight, ignore_index, x.dtype, reduction)
+        safe_t, coef_t, nan = _ce_operands(
+            target, t.shape, weight, ignore_index, x.dtype, reduction
+        )
+    elif reduction == "mean" and w.sum() == 0:
+        safe_t, coef_t, nan = safe, w, float("nan")
     else:
         # the fused primitive sums inside: a mean's division is folded into the weights
         safe_t, coef_t = safe, w * reciprocal(w.sum()) if reduction == "mean" else w
     out = apply(_CE, x, safe_t, coef_t, total=reduction != "none")
+    if nan is not None:  # every target ignored: PyTorch's 0/0 is a NaN loss, a zero gradient
+        out = out + nan
     if reduction == "none" and unb:
         out = S.squeeze(out, 0)
     if label_smoothing == 0.0:
@@ -311,9 +321,11 @@ def _no_prep(x: Any, t: Any, c: int, ignore_index: int) -> None:
 
 def _ce_operands(
     target: Tensor, shape: tuple[int, ...], weight: Any, ignore_index: int, dtype: Any, reduction: str
-) -> tuple[Tensor, Tensor]:
-    """The class indices made safe to gather and the per-position coefficients (weights, a
-    mean's division folded in), computed with tensor ops from the target tensor, so that a
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The class indices made safe to gather, the per-position coefficients (weights, a
+    mean's division folded in) and, for a mean, what to add to the loss (NaN where every
+    weight is 0, as PyTorch's 0/0; the coefficients are 0 there, so the gradient is 0),
+    computed with tensor ops from the target tensor, so that a
     compiled step recomputes them from each batch's target (the checks ran on the arrays).
     Only while tg.compile captures (eager computes the same numbers on arrays, faster): the
     reciprocal is taken in float64 and rounded once, as ``reciprocal`` and numpy do."""
@@ -324,12 +336,13 @@ def _ce_operands(
     if weight is not None:
         wc = float_input(weight, "cross_entropy", "weight")
         w = take(S.astype(wc, dtype), safe, 0) * w
-    if reduction == "mean":
-        total = R.sum(w)
-        empty = E.equal(total, 0)  # every target ignored: NaN, as PyTorch's 0/0
-        inv = 1.0 / S.astype(E.where(empty, 1.0, total), np.float64)
-        w = w * S.astype(E.where(empty, float("nan"), inv), dtype)
-    return safe, w
+    if reduction != "mean":
+        return safe, w, None
+    total = R.sum(w)
+    empty = E.equal(total, 0)  # every target ignored: NaN, as PyTorch's 0/0
+    inv = 1.0 / S.astype(E.where(empty, 1.0, total), np.float64)
+    w = w * S.astype(E.where(empty, 0.0, inv), dtype)
+    return safe, w, S.astype(E.where(empty, float("nan"), 0.0), dtype)
 
 
 def _ce_probs(x: Any, t: Any, scale: float, total: bool) -> Any:

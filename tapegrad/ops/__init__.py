@@ -4,8 +4,10 @@ from ._elementwise import (
     abs,
     add,
     atan2,
+    cbrt,
     ceil,
     clip,
+    copysign,
     cos,
     div,
     divide,
@@ -16,6 +18,7 @@ from ._elementwise import (
     expm1,
     floor,
     floor_divide,
+    fmod,
     gelu,
     greater,
     greater_equal,
@@ -75,6 +78,7 @@ from ._numpy_extra import (
     arcsin,
     arcsinh,
     arctan,
+    arctan2,
     arctanh,
     argsort,
     array_split,
@@ -112,14 +116,22 @@ from ._numpy_extra import (
     logaddexp,
     logaddexp2,
     matrix_trace,
+    median,
+    mod,
+    nanmean,
+    nansum,
+    negative,
     partition,
     positive,
+    power,
+    ptp,
     r_,
     rad2deg,
     radians,
     ravel,
     real,
     real_if_close,
+    rint,
     rollaxis,
     rot90,
     row_stack,
@@ -377,9 +389,12 @@ for _name in DIM_OPS:
     if _name in globals():
         globals()[_name] = with_dim(globals()[_name])
 std, var = with_unbiased(std), with_unbiased(var)
+nansum, nanmean = with_dim(nansum), with_dim(nanmean)
 __all__ += ["cat", "eq", "ge", "gt", "le", "lt", "narrow", "ne", "set_fp_warnings"]
 __all__ += ["angle", "c_", "conj", "conjugate", "degrees", "gradient", "imag", "r_", "radians"]
 __all__ += ["real", "real_if_close", "row_stack"]
+__all__ += ["arctan2", "cbrt", "copysign", "fmod", "median", "mod", "nanmean", "nansum"]
+__all__ += ["negative", "power", "ptp", "rint"]
 __all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
 
 _install_quiet_kernels()

@@ -135,7 +135,28 @@ def _zero_grad(name: str, f: Any) -> Any:
 
 floor = _zero_grad("floor", np.floor)
 ceil = _zero_grad("ceil", np.ceil)
-round = _zero_grad("round", np.round)  # halves to even, as numpy and PyTorch
+_round = _zero_grad("round", np.round)  # halves to even, as numpy and PyTorch
+
+
+def round(x: Any, decimals: int = 0) -> Tensor:
+    """Elementwise rounding to ``decimals`` places, halves to even (numpy's and PyTorch's
+    ``round(x, decimals)``; a negative ``decimals`` rounds to tens, hundreds...); zero gradient.
+
+    >>> import tapegrad as tg
+    >>> tg.round(tg.tensor([1.25, 2.5, 36.0]), decimals=1).tolist()
+    [1.2000000476837158, 2.5, 36.0]
+    >>> tg.round(tg.tensor([1.5, 2.5, 36.0]), -1).tolist()
+    [0.0, 0.0, 40.0]
+    """
+    if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)):
+        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    if decimals == 0:
+        return _round(x)
+    if decimals > 0:  # scale, round, unscale: numpy's and PyTorch's order of operations
+        scale = 10.0 ** int(decimals)
+        return _round(as_tensor(x) * scale) / scale
+    scale = 10.0 ** -int(decimals)
+    return _round(as_tensor(x) / scale) * scale
 trunc = _zero_grad("trunc", np.trunc)
 
 
@@ -344,6 +365,54 @@ remainder = _binary(
 )
 floor_divide = _binary(
     _floor_divide, "floor_divide", "``floor(x / y)`` (Python's ``//``); zero gradient."
+)
+_fmod = defprim(
+    "fmod",
+    np.fmod,
+    (
+        lambda xp, g, ans, x, y: g,
+        lambda xp, g, ans, x, y: -g * xp.const(np.trunc(np.true_divide(xp.data(x), xp.data(y)))),
+    ),
+    (0, 1),
+)
+fmod = _binary(
+    _fmod, "fmod", "``x mod y`` with the sign of ``x`` (C's ``fmod``, numpy's and PyTorch's)."
+)
+
+
+def _copysign_dx(x: Any, ans: Any) -> Any:
+    """``ans / x`` (the sign flip, +-1), 0 where ``x`` is 0 (as PyTorch)."""
+    r = np.zeros_like(ans)
+    np.divide(ans, x, out=r, where=x != 0)
+    return r
+
+
+def _copysign_fwd(x: Any, y: Any) -> Any:
+    out = np.copysign(x, y)
+    return out if x.dtype.kind == "f" else out.astype(default_float())
+
+
+_copysign = defprim(
+    "copysign",
+    _copysign_fwd,
+    (
+        lambda xp, g, ans, x, y: g * xp.const(_copysign_dx(xp.data(x), xp.data(ans))),
+        lambda xp, g, ans, x, y: xp.zeros_like(g),
+    ),
+    (0, OUT),
+)
+copysign = _binary(
+    _copysign,
+    "copysign",
+    """``|x|`` with the sign of ``y`` (its sign bit: -0.0 counts as negative); the gradient for
+    ``x`` is the sign flip (0 where ``x`` is 0), for ``y`` 0, as PyTorch.""",
+)
+cbrt = _unary(
+    "cbrt",
+    _floatin(np.cbrt),
+    lambda xp, g, ans, x: g / (3.0 * ans * ans),
+    (OUT,),
+    "The cube root (negative for a negative ``x``); the gradient at 0 is infinite.",
 )
 
 

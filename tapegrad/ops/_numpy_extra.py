@@ -346,8 +346,46 @@ def diff(x: Any, n: int = 1, axis: int = -1) -> Tensor:
     return x
 
 
-def select(condlist: Any, choicelist: Any, default: Any = 0) -> Tensor:
-    """The first choice whose condition holds, elementwise; ``default`` where none does."""
+_UNSET: Any = object()  # select's default not given (PyTorch's select then needs an index)
+
+
+def select(
+    condlist: Any,
+    choicelist: Any = None,
+    default: Any = _UNSET,
+    *,
+    dim: int | None = None,
+    index: int | None = None,
+) -> Tensor:
+    """numpy's ``select(condlist, choicelist, default)``: the first choice whose condition
+    holds, elementwise, ``default`` where none does. With an int second argument (or ``dim=`` /
+    ``index=``) it is PyTorch's ``select(input, dim, index)``: ``input`` at ``index`` along
+    ``dim``, that axis removed.
+
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> tg.select(x, 1, 0).tolist()
+    [1.0, 3.0]
+    >>> tg.select([x > 2], [x], default=0.0).tolist()
+    [[0.0, 0.0], [3.0, 4.0]]
+    """
+    if dim is not None or index is not None or _is_int(choicelist):
+        if dim is None:
+            dim, choicelist = choicelist, None
+        if index is None:
+            index, default = default, _UNSET
+        if choicelist is not None or default is not _UNSET or not (_is_int(dim) and _is_int(index)):
+            raise TypeError(
+                "select: give PyTorch's select(input, dim, index) with two ints, or numpy's "
+                "select(condlist, choicelist, default) with two lists"
+            )
+        return _select_index(as_tensor(condlist), int(dim), int(index))  # type: ignore[arg-type]
+    if choicelist is None:
+        raise TypeError(
+            "select: missing the second argument: numpy's select(condlist, choicelist) or "
+            "PyTorch's select(input, dim, index)"
+        )
+    default = 0 if default is _UNSET else default
     if len(condlist) != len(choicelist):
         raise ValueError(
             f"select: {len(condlist)} conditions for {len(choicelist)} choices; give one each"
@@ -356,6 +394,21 @@ def select(condlist: Any, choicelist: Any, default: Any = 0) -> Tensor:
     for c, v in zip(reversed(condlist), reversed(choicelist), strict=True):
         out = E.where(c, v, out)
     return as_tensor(out)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _select_index(x: Tensor, dim: int, index: int) -> Tensor:
+    """PyTorch's select: ``x`` at ``index`` along ``dim``."""
+    ax = check_axis(dim, x.ndim, "select")
+    n = x.shape[ax]
+    if not -n <= index < n:
+        raise IndexError(
+            f"select: index {index} is out of range for dim {dim} of size {n} (shape {x.shape})"
+        )
+    return x[(slice(None),) * ax + (index,)]
 
 
 def sort(x: Any, axis: int | None = -1) -> Tensor:
@@ -621,3 +674,90 @@ class _IndexConcat:
 
 r_ = _IndexConcat("r_", columns=False)
 c_ = _IndexConcat("c_", columns=True)
+
+
+# --- numpy's spellings of existing ops, and the NaN-skipping and order reductions ----------------
+def negative(x: Any) -> Tensor:
+    """numpy's ``negative``: ``-x``."""
+    return E.neg(x)
+
+
+def power(x: Any, y: Any) -> Tensor:
+    """numpy's ``power``: ``x ** y`` (``pow``)."""
+    return E.pow(x, y)
+
+
+def rint(x: Any) -> Tensor:
+    """numpy's ``rint``: to the nearest integer, halves to even (``round``); zero gradient."""
+    return E.round(x)
+
+
+def arctan2(y: Any, x: Any) -> Tensor:
+    """numpy's ``arctan2(y, x)`` (``atan2``): the angle of the point (x, y)."""
+    return E.atan2(y, x)
+
+
+def mod(x: Any, y: Any) -> Tensor:
+    """numpy's ``mod``: ``x mod y`` with the sign of ``y`` (``remainder``, Python's ``%``)."""
+    return E.remainder(x, y)
+
+
+def nansum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The sum with NaNs counted as 0; their gradient is 0 (numpy's and PyTorch's ``nansum``).
+
+    >>> import tapegrad as tg
+    >>> tg.nansum(tg.tensor([1.0, float("nan"), 2.0])).item()
+    3.0
+    """
+    x = as_tensor(x)
+    return R.sum(E.where(E.isnan(x), 0.0, x), axis, keepdims)
+
+
+def nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The mean of the values that are not NaN (NaN where there are none), as numpy and PyTorch.
+
+    >>> import tapegrad as tg
+    >>> tg.nanmean(tg.tensor([1.0, float("nan"), 2.0])).item()
+    1.5
+    """
+    x = as_tensor(x)
+    count = R.sum(S.astype(E.logical_not(E.isnan(x)), x.dtype), axis, keepdims)
+    none = E.equal(count, 0)  # all NaN: NaN, without 0/0's warning
+    return E.where(none, float("nan"), nansum(x, axis, keepdims) / E.where(none, 1.0, count))
+
+
+def ptp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """numpy's ``ptp``: the range, ``max - min`` along ``axis`` (ties share the gradient)."""
+    return R.amax(x, axis, keepdims) - R.amin(x, axis, keepdims)
+
+
+def median(x: Any, axis: int | None = None, keepdims: bool = False, **kwargs: Any) -> Tensor:
+    """numpy's ``median``: the middle value along ``axis`` (all values when None); with an even
+    count, the mean of the two middle ones. The gradient goes to the middle value(s).
+
+    PyTorch's ``torch.median`` differs: the lower of the two middle values, and with ``dim`` a
+    (values, indices) pair; ``dim=`` / ``keepdim=`` therefore raise here.
+
+    >>> import tapegrad as tg
+    >>> tg.median(tg.tensor([4.0, 1.0, 3.0, 2.0])).item()
+    2.5
+    """
+    if kwargs:
+        raise TypeError(
+            f"median: got {sorted(kwargs)}; tg.median is numpy's median(x, axis, keepdims) "
+            "(the mean of the two middle values of an even count); PyTorch's median(x, dim) is a "
+            "(values, indices) pair of the lower middle value (its values along the last axis: "
+            "tg.sort(x, axis=-1)[..., (n - 1) // 2])"
+        )
+    x = as_tensor(x)
+    if axis is None:
+        out = median(ravel(x), 0)
+        return S.reshape(out, (1,) * x.ndim) if keepdims else out
+    ax = check_axis(axis, x.ndim, "median")
+    n = x.shape[ax]
+    if n == 0:
+        raise ValueError(f"median: axis {axis} of shape {x.shape} is empty")
+    s = sort(x, ax)
+    pre = (slice(None),) * ax
+    mid = s[pre + (slice((n - 1) // 2, n // 2 + 1),)]
+    return R.mean(mid, ax, keepdims)

@@ -552,9 +552,10 @@ _LAYOUT_MESSAGE = (
 )
 
 
-def _layouts_differ(idx: tuple[Any, ...]) -> bool:
+def _layouts_differ(idx: tuple[Any, ...], ndim: int) -> bool:
     """Whether numpy and PyTorch place the advanced axes of ``idx`` differently: numpy counts
-    integers as index arrays (separated arrays go first), PyTorch selects with them first."""
+    integers as index arrays (separated arrays go first), PyTorch selects with them first (the
+    same place when nothing before PyTorch's place gives an axis, as an Ellipsis over none)."""
     kinds = []
     for i in idx:
         if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
@@ -573,11 +574,17 @@ def _layouts_differ(idx: tuple[Any, ...]) -> bool:
     # numpy: separated index arrays (ints included) go first; PyTorch: adjacent arrays (ints
     # gone) stay where the first one is, which is first too when nothing precedes it
     torch_kinds = [c for c in kinds if c != "i"]
-    return (
-        not adjacent(kinds, "ia")
-        and adjacent(torch_kinds, "a")
-        and torch_kinds.index("a") > 0
+    if adjacent(kinds, "ia") or not adjacent(torch_kinds, "a"):
+        return False
+    rest = [i for i, c in zip(idx, kinds, strict=True) if c != "i"]
+    before = rest[: torch_kinds.index("a")]
+    used = builtins.sum(
+        getattr(i, "ndim", 1) if getattr(i, "dtype", None) == np.bool_ else 1
+        for i in idx
+        if i is not None and i is not Ellipsis
     )
+    # axes in front of PyTorch's place: a slice or None gives one, an Ellipsis what it covers
+    return builtins.sum(ndim - used if i is Ellipsis else 1 for i in before) > 0
 
 
 def getitem(x: Tensor, idx: Any) -> Tensor:
@@ -590,7 +597,7 @@ def getitem(x: Tensor, idx: Any) -> Tensor:
     ([[4, 6], [8, 10]], [1, 9])
     """
     idx = _norm_index(idx)
-    if type(idx) is tuple and len(idx) > 2 and _layouts_differ(idx):
+    if type(idx) is tuple and len(idx) > 2 and _layouts_differ(idx, x.ndim):
         raise IndexError(_LAYOUT_MESSAGE.format(idx=_show(idx), shape=x.shape))
     try:
         return apply(_getitem, x, idx=idx, advanced=_is_advanced(idx), shape=x.shape)
