@@ -169,3 +169,19 @@ def test_processes_sharing_a_cache_compile_each_kernel_once(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     counts = [int(out.split()[-1]) for out, _ in outs]
     assert sorted(counts) == [0, 1], outs  # the second waited on the lock, then loaded
+
+
+@numba_only
+def test_the_shared_thread_pool_waits_for_the_compiler_process(tmp_path):
+    code = RELU + (
+        "from tapegrad._kernels import threads\n"
+        "try:\n    elementwise.relu(x)\nexcept K.NotReady:\n    pass\n"
+        "print(K.compiling(), threads.active(), threads._state['pid'] is None)\n"
+        "assert K.wait_compiled(240)\n"
+        "threads.active()\n"
+        "print(K.compiling(), threads._state['pid'] is None)\n"
+    )
+    r = _run(code, TAPEGRAD_CACHE_DIR=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    # while compiling: BLAS keeps its own threads, nothing decided; after: decided (on or off)
+    assert r.stdout.split("\n")[:2] == ["1 False True", "0 False"]
