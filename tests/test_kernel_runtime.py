@@ -185,3 +185,56 @@ def test_the_shared_thread_pool_waits_for_the_compiler_process(tmp_path):
     assert r.returncode == 0, r.stderr
     # while compiling: BLAS keeps its own threads, nothing decided; after: decided (on or off)
     assert r.stdout.split("\n")[:2] == ["1 False True", "0 False"]
+
+
+def _plus_one(a):
+    return a + 1
+
+
+@numba_only
+def test_a_first_call_never_waits_for_a_compile_in_another_thread(monkeypatch):
+    import threading
+
+    import numpy as np
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from tapegrad._kernels import runtime
+
+    kernel = runtime.jit()(_plus_one)
+    held, release = threading.Event(), threading.Event()
+
+    def compile_elsewhere():
+        with global_compiler_lock:  # as a thread compiling a generated kernel holds it
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=compile_elsewhere)
+    t.start()
+    assert held.wait(30)
+    try:
+        monkeypatch.setenv("TAPEGRAD_COMPILE", "background")
+        with pytest.raises(_kernels.NotReady):
+            kernel(np.float64(1.0))
+    finally:
+        release.set()
+        t.join(30)
+    monkeypatch.setenv("TAPEGRAD_COMPILE", "wait")
+    assert kernel(np.float64(1.0)) == 2.0  # the lock is free: compiled (or loaded) and run
+
+
+@numba_only
+def test_generated_convolutions_are_made_on_a_thread_in_the_background_mode(monkeypatch):
+    import numpy as np
+
+    from tapegrad._kernels import conv_blocked as cb
+
+    key = ("wgrad", np.dtype(np.float64).char)
+    monkeypatch.setattr(cb, "_KERNELS", {k: v for k, v in cb._KERNELS.items() if k != key})
+    monkeypatch.setattr(cb, "_BUILDING", set())
+    monkeypatch.setenv("TAPEGRAD_COMPILE", "background")
+    with pytest.raises(_kernels.NotReady):
+        cb._kernel("wgrad", np.float64)
+    assert key in cb._BUILDING  # a thread is making it
+    for t in [t for t in __import__("threading").enumerate() if t.name == "tapegrad-conv-blocked"]:
+        t.join(600)
+    assert key in cb._KERNELS and cb._kernel("wgrad", np.float64) is cb._KERNELS[key]

@@ -37,7 +37,8 @@ def main() -> None:
         try:
             kernel = _kernel(recipe)
             with compile_lock(kernel, types):  # another process may have it: load that
-                kernel.compile(types)
+                if types not in kernel.overloads:  # declared signatures compiled on creation
+                    kernel.compile(types)
             answer = "ok"
         except Exception as e:  # noqa: BLE001 - the asking process compiles it and raises
             answer = f"failed {type(e).__name__}"

@@ -222,11 +222,14 @@ def _first_call(disp: Any, compile_for_args: Any, recipe: Any, args: tuple[Any, 
     if state == _PENDING:
         raise NotReady(disp.__name__)
     if state != _FAILED:
-        entry = _load(disp, types)
+        background = mode() == "background"
+        entry = _load(disp, types, wait=not background)
+        if entry is _BUSY:  # this process is compiling another kernel: never wait for it
+            raise NotReady(disp.__name__)
         if entry is not None:
             _status[key] = _DONE
             return entry
-        if state is None and mode() == "background" and _compiler.submit(recipe, types, key):
+        if state is None and background and _compiler.submit(recipe, types, key):
             _status[key] = _PENDING
             raise NotReady(disp.__name__)
     with compile_lock(disp, types):  # another process may be compiling it: then load its work
@@ -271,12 +274,19 @@ def compile_lock(disp: Any, types: tuple[Any, ...]) -> Iterator[None]:
 _WARNED: set[str] = set()
 
 
-def _load(disp: Any, types: tuple[Any, ...]) -> Any:
-    """The entry point for ``types`` from memory or the disk cache, or None (never compiles).
-    An entry that cannot be read is removed (one line on stderr), so that it compiles again."""
+_BUSY = object()  # _load's answer when numba's compiler lock is held and it may not wait
+
+
+def _load(disp: Any, types: tuple[Any, ...], wait: bool = True) -> Any:
+    """The entry point for ``types`` from memory or the disk cache, or None (never compiles);
+    ``_BUSY`` when not ``wait`` and another thread holds numba's compiler lock. An entry that
+    cannot be read is removed (one line on stderr), so that it compiles again."""
     from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
 
-    with global_compiler_lock:
+    lock = global_compiler_lock._lock
+    if not lock.acquire(blocking=wait):
+        return _BUSY
+    try:
         existing = disp.overloads.get(types)
         if existing is not None:
             return existing.entry_point
@@ -291,6 +301,8 @@ def _load(disp: Any, types: tuple[Any, ...]) -> Any:
             disp.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
         disp.add_overload(cres)
         return cres.entry_point
+    finally:
+        lock.release()
 
 
 def _forget(disp: Any, why: Exception) -> None:
