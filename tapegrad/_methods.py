@@ -529,8 +529,14 @@ def _bind_torch() -> None:
 
 # --- PyTorch's spellings (dim= / keepdim=, comparisons by name, narrow, view_as, type) --------
 def _type(self: Tensor, dtype: Any = None) -> Any:
-    """``x.type()``: the dtype's name; ``x.type(dtype)``: a cast (PyTorch's Tensor.type)."""
-    return str(self.dtype) if dtype is None else S.astype(self, dtype)
+    """``x.type(dtype)``: a cast (PyTorch's Tensor.type). ``x.type()`` raises: PyTorch's gives a
+    legacy type name (``'torch.FloatTensor'``), which a tapegrad tensor has no equivalent of."""
+    if dtype is None:
+        raise TypeError(
+            f"type: x.type() is PyTorch's legacy type name ('torch.FloatTensor'), which tapegrad "
+            f"has no equivalent of; the dtype is x.dtype ({self.dtype}), and x.type(dtype) casts"
+        )
+    return S.astype(self, dtype)
 
 
 def _bind_torch_names() -> None:

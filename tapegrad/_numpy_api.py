@@ -123,7 +123,19 @@ def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> 
     return _ops().astype(x, dtype)
 
 
+def _sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **kw: Any) -> Any:
+    return _ops().sort(a, axis=axis, kind=kind, order=order, **kw)  # numpy's meaning, said
+
+
+def _gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+    if axis is None and np.ndim(f) == 1:
+        axis = 0  # numpy's meaning: one array for a 1-d input
+    return _ops().gradient(f, *varargs, axis=axis, edge_order=edge_order)
+
+
 _ADAPTED = {
+    "sort": _sort,
+    "gradient": _gradient,
     "reshape": _reshape,
     "round": _round,
     "around": _round,

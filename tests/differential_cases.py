@@ -196,7 +196,8 @@ def _torch_recipes() -> dict[str, Recipe]:
     r["repeat_interleave"] = Recipe(
         (_fn("repeat_interleave", 2), _fn("repeat_interleave", 2, dim=0))
     )
-    r["sort"] = Recipe((lambda ns, x: ns.sort(x)[0], lambda ns, x: ns.sort(x, dim=0)[0]))
+    r["sort"] = Recipe((lambda ns, x: ns.sort(x)[0], lambda ns, x: ns.sort(x, dim=0)[0],
+                        lambda ns, x: ns.sort(x, dim=-1, descending=True)[1]))
     r["argsort"] = Recipe((_fn("argsort"), _fn("argsort", dim=0)), grad=False)
     r["topk"] = Recipe((lambda ns, x: ns.topk(x, 1)[0], lambda ns, x: ns.topk(x, 2, dim=-1)[1]))
     r["index_select"] = Recipe((lambda ns, x: ns.index_select(x, 0, ns.tensor([1, 0])),))
@@ -830,7 +831,7 @@ def _numpy_recipes() -> dict[str, Recipe]:
     r["reshape"] = Recipe((_fn("reshape", (-1,)), _fn("reshape", (1, -1))), grad=False)
     r["clip"] = Recipe((_fn("clip", -0.5, 0.5),), grad=False)
     r["diff"] = Recipe((_fn("diff"), _fn("diff", axis=0)), grad=False)
-    r["sort"] = Recipe((_fn("sort"), _fn("sort", 0)), grad=False)
+    r["sort"] = Recipe((_fn("sort"), _fn("sort", 0), _fn("sort", axis=0)), grad=False)
     r["argsort"] = Recipe((_fn("argsort"), _fn("argsort", axis=0)), grad=False)
     r["tril"] = Recipe((_fn("tril"), _fn("tril", 1)), ranks=(2, 3), grad=False)
     r["triu"] = Recipe((_fn("triu"), _fn("triu", -1)), ranks=(2, 3), grad=False)
@@ -924,12 +925,6 @@ DELIBERATE: dict[tuple[str, str], str] = {
 # Names whose recipe finds a divergence not fixed yet (the test expects the divergence, so a fix
 # shows up as a failure to remove the entry).
 OPEN: dict[tuple[str, str], str] = {
-    ("torch", "sort"): "`tg.sort(x)` is numpy's sorted array, `torch.sort(x)` a (values, "
-    "indices) pair, so `tg.sort(x)[0]` is a row; should raise unless `axis=` / `dim=` says which",
-    ("torch", "gradient"): "`tg.gradient(x)` on a 1-d tensor is numpy's one array, "
-    "`torch.gradient(x)` a tuple of one tensor, so `tg.gradient(x)[0]` is a number; n-d inputs agree",
-    ("Tensor", "type"): "`x.type()` is the dtype's name (`'float32'`), PyTorch's the tensor "
-    "type (`'torch.FloatTensor'`); `x.type(dtype)` casts in both",
 }
 
 

@@ -591,7 +591,7 @@ def test_gradient_matches_numpy_and_finite_differences(axis: Any) -> None:
 
 def test_gradient_errors_name_the_fix() -> None:
     with pytest.raises(ValueError, match="edge_order=1"):
-        tg.gradient(tg.ones(4), edge_order=2)
+        tg.gradient(tg.ones(4), axis=0, edge_order=2)
     with pytest.raises(ValueError, match="need 2"):
         tg.gradient(tg.ones((1, 3)), axis=0)
 

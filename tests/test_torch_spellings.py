@@ -71,7 +71,9 @@ def test_dtypes_type_contiguous_and_like_creators() -> None:
     assert tg.float == tg.float32 and tg.long == tg.int64 and tg.double == tg.float64
     x = tg.tensor(A)
     assert x.contiguous() is x
-    assert x.type() == "float64" and x.type(tg.long).dtype == tg.int64
+    assert x.type(tg.long).dtype == tg.int64
+    with pytest.raises(TypeError, match=r"type: x.type\(\) is PyTorch's legacy type name"):
+        x.type()
     assert tg.randn_like(x).shape == x.shape and tg.randn_like(x).dtype == tg.float64
     r = tg.rand_like(tg.zeros((3, 2)))
     assert r.dtype == tg.float32 and float(r.numpy().min()) >= 0.0
@@ -82,3 +84,43 @@ def test_dim_and_axis_together_is_an_error() -> None:
         tg.sum(tg.tensor(A), axis=0, dim=0)
     with pytest.raises(IndexError, match="narrow: start 3 and length 2 do not fit"):
         tg.narrow(tg.tensor(A), 1, 3, 2)
+
+
+def test_sort_says_which_meaning() -> None:
+    import torch
+
+    a = np.array([[3.0, 1.0, 3.0], [0.0, 2.0, -1.0]], np.float32)
+    x, t = tg.tensor(a), torch.tensor(a)
+    for kw in ({"dim": 0}, {"dim": -1, "descending": True}, {"dim": 1, "stable": True}):
+        v, i = tg.sort(x, **kw)
+        tv, ti = torch.sort(t, **kw)
+        np.testing.assert_array_equal(v.numpy(), tv.numpy())
+        np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    np.testing.assert_array_equal(tg.sort(x, axis=0).numpy(), np.sort(a, axis=0))
+    np.testing.assert_array_equal(tg.sort(x, axis=None).numpy(), np.sort(a, axis=None))
+    np.testing.assert_array_equal(np.sort(x).numpy(), np.sort(a))  # numpy's own call: numpy's
+    for call in (lambda: tg.sort(x), lambda: tg.sort(x, 0)):
+        with pytest.raises(TypeError, match=r"sort: .*axis=.* for numpy's, .*dim=.* for PyTorch's"):
+            call()
+    with pytest.raises(TypeError, match="not both"):
+        tg.sort(x, axis=0, dim=0)
+
+
+def test_gradient_says_which_meaning_on_1d() -> None:
+    import torch
+
+    a = np.array([1.0, 2.0, 4.0, 7.0, 11.0])
+    x = tg.tensor(a)
+    (g,) = tg.gradient(x, dim=0)
+    (tgr,) = torch.gradient(torch.tensor(a), dim=0)
+    np.testing.assert_allclose(g.numpy(), tgr.numpy())
+    (g2,) = tg.gradient(x, spacing=2.0)
+    np.testing.assert_allclose(g2.numpy(), torch.gradient(torch.tensor(a), spacing=2.0)[0].numpy())
+    np.testing.assert_allclose(tg.gradient(x, axis=0).numpy(), np.gradient(a))
+    np.testing.assert_allclose(np.gradient(x).numpy(), np.gradient(a))
+    with pytest.raises(TypeError, match=r"gradient: .*axis=0\) for numpy's, .*dim=0\) for PyTorch's"):
+        tg.gradient(x)
+    m = np.arange(12.0).reshape(3, 4) ** 2
+    gs = tg.gradient(tg.tensor(m), dim=1)
+    assert isinstance(gs, tuple) and len(gs) == 1
+    np.testing.assert_allclose(gs[0].numpy(), torch.gradient(torch.tensor(m), dim=1)[0].numpy())

@@ -20,6 +20,7 @@ from . import _reduce as R
 from . import _shape as S
 from ._common import as_tensor, check_axis, operands
 from ._elementwise import _floatin, _unary
+from ._torch_names import ValuesIndices
 
 _LN2 = math.log(2.0)
 
@@ -411,10 +412,54 @@ def _select_index(x: Tensor, dim: int, index: int) -> Tensor:
     return x[(slice(None),) * ax + (index,)]
 
 
-def sort(x: Any, axis: int | None = -1) -> Tensor:
-    """Sorted along ``axis`` (flattened when None); the gradient goes back to where each value
-    came from (a gather with a constant permutation)."""
+_UNSAID: Any = object()  # an argument the caller did not give
+
+
+def sort(x: Any, *args: Any, axis: Any = _UNSAID, kind: Any = None, order: Any = None,
+         dim: Any = _UNSAID, descending: bool = False, stable: bool = False) -> Any:
+    """Sorted along an axis; the gradient goes back to where each value came from (a gather
+    with a constant permutation).
+
+    numpy's ``sort(x, axis=...)`` gives the sorted tensor (flattened first when ``axis=None``);
+    PyTorch's ``sort(x, dim=...)`` (or with ``descending=`` / ``stable=``) gives a ``(values,
+    indices)`` pair. ``tg.sort(x)`` and ``tg.sort(x, 1)`` could mean either, so they raise.
+
+    >>> import tapegrad as tg
+    >>> tg.sort(tg.tensor([3.0, 1.0, 2.0]), axis=-1).tolist()
+    [1.0, 2.0, 3.0]
+    >>> v, i = tg.sort(tg.tensor([3.0, 1.0, 2.0]), dim=-1, descending=True)
+    >>> v.tolist(), i.tolist()
+    ([3.0, 2.0, 1.0], [0, 2, 1])
+    """
     x = as_tensor(x)
+    if args:
+        raise TypeError(
+            f"sort: tg.sort(x, {', '.join(map(repr, args))}) could mean numpy's sort (the sorted "
+            "tensor) or PyTorch's (a (values, indices) pair). Write tg.sort(x, axis=...) for "
+            "numpy's, tg.sort(x, dim=...) for PyTorch's"
+        )
+    torch_form = dim is not _UNSAID or descending or stable
+    if torch_form and (axis is not _UNSAID or kind is not None or order is not None):
+        raise TypeError("sort: give numpy's axis=/kind= or PyTorch's dim=/descending=/stable=, "
+                        "not both")
+    if torch_form:
+        d = -1 if dim is _UNSAID else dim
+        ax = check_axis(d, max(x.ndim, 1), "sort")
+        if x.ndim == 0:
+            return ValuesIndices(x, _wrap(np.zeros((), np.int64)))
+        key = -x._data if descending else x._data
+        if key.dtype.kind == "b":
+            key = key.astype(np.int8)
+        idx = np.argsort(key, axis=ax, kind="stable").astype(np.int64)
+        return ValuesIndices(S.take_along_axis(x, _wrap(idx), ax), _wrap(idx))
+    if axis is _UNSAID:
+        raise TypeError(
+            "sort: tg.sort(x) could mean numpy's sort (the sorted tensor) or PyTorch's (a (values, "
+            "indices) pair). Write tg.sort(x, axis=-1) for numpy's, tg.sort(x, dim=-1) for "
+            "PyTorch's"
+        )
+    if order is not None:
+        raise ValueError("sort: order= (numpy's structured-array fields) is not supported")
     if axis is None:
         x, axis = ravel(x), 0
     ax = check_axis(axis, x.ndim, "sort")
@@ -601,16 +646,41 @@ def angle(x: Any, deg: bool = False) -> Tensor:
     return (x < 0).astype(x.dtype) * half + x * 0.0  # x * 0.0 keeps it on the tape
 
 
-def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
-    """numpy's ``gradient``: central differences inside, one-sided at the edges.
+def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1, spacing: Any = _UNSAID,
+             dim: Any = _UNSAID) -> Any:
+    """Central differences inside, one-sided at the edges: numpy's ``gradient(f, *varargs,
+    axis=...)`` (one tensor for one axis, else a list) or PyTorch's ``gradient(f, spacing=...,
+    dim=...)`` (always a tuple).
 
-    ``varargs`` are scalar spacings (one, or one per axis); a list for several axes.
+    ``varargs`` / ``spacing`` are scalar spacings (one, or one per axis). On a 1-d tensor,
+    ``tg.gradient(x)`` could mean either (numpy's one tensor, PyTorch's tuple of one), so it
+    raises: say ``axis=0`` or ``dim=0``.
 
     >>> import tapegrad as tg
-    >>> tg.gradient(tg.tensor([1.0, 2.0, 4.0, 7.0])).tolist()
+    >>> tg.gradient(tg.tensor([1.0, 2.0, 4.0, 7.0]), axis=0).tolist()
+    [1.0, 1.5, 2.5, 3.0]
+    >>> tg.gradient(tg.tensor([1.0, 2.0, 4.0, 7.0]), dim=0)[0].tolist()
     [1.0, 1.5, 2.5, 3.0]
     """
     f = _f(f)
+    if spacing is not _UNSAID or dim is not _UNSAID:
+        if varargs or axis is not None:
+            raise TypeError("gradient: give numpy's spacings and axis= or PyTorch's spacing= and "
+                            "dim=, not both")
+        d = None if dim is _UNSAID else dim
+        if isinstance(d, int):
+            d = [d]
+        h = 1.0 if spacing is _UNSAID else spacing
+        hs = tuple(h) if isinstance(h, (list, tuple)) else (h,)
+        out = gradient(f, *hs, axis=list(range(f.ndim)) if d is None else list(d),
+                       edge_order=edge_order)
+        return tuple(out) if isinstance(out, list) else (out,)
+    if f.ndim == 1 and axis is None:
+        raise TypeError(
+            "gradient: on a 1-d tensor tg.gradient(x) could mean numpy's gradient (one tensor) or "
+            "PyTorch's (a tuple of one). Write tg.gradient(x, axis=0) for numpy's, "
+            "tg.gradient(x, dim=0) for PyTorch's"
+        )
     axes = (
         list(range(f.ndim))
         if axis is None
@@ -757,7 +827,7 @@ def median(x: Any, axis: int | None = None, keepdims: bool = False, **kwargs: An
     n = x.shape[ax]
     if n == 0:
         raise ValueError(f"median: axis {axis} of shape {x.shape} is empty")
-    s = sort(x, ax)
+    s = sort(x, axis=ax)
     pre = (slice(None),) * ax
     mid = s[pre + (slice((n - 1) // 2, n // 2 + 1),)]
     return R.mean(mid, ax, keepdims)

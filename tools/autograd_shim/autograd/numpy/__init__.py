@@ -57,6 +57,11 @@ def make_diagonal(d: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> 
     return _tg.expand_dims(d, -1) * _np.eye(n)
 
 
+# numpy's meaning of names tapegrad shares with PyTorch (tg.sort(x) alone asks which one)
+sort = _api._sort
+gradient = _api._gradient
+
+
 def __getattr__(name: str) -> Any:
     # numpy's meaning where tapegrad's name differs or asks: numpy's own adapters
     if name in _api._RENAMED:
