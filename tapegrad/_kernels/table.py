@@ -234,3 +234,30 @@ def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bo
 for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
     register(_op, "numba", _seq_fits, f"rnn:{_op}")
     register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")
+
+
+# -- image layers: padding, resampling, instance norm (pad.py, resample.py, norm_instance.py) --
+_PAD_MODES = ("reflect", "edge", "wrap")
+
+
+def _pad_fits(x: Any, pad_width: Any, mode: str, *_: Any) -> bool:
+    """Reflection, edge or wrap padding of the last two axes only, of a non-empty float array."""
+    if mode not in _PAD_MODES or x.ndim < 2 or not floats(x) or x.size == 0:
+        return False
+    if any(a or b for a, b in pad_width[:-2]):
+        return False
+    return mode != "reflect" or all(
+        a < n and b < n for (a, b), n in zip(pad_width[-2:], x.shape[-2:], strict=True))
+
+
+def _pad_grad_fits(g: Any, pad_width: Any, mode: str) -> bool:
+    if not (mode in _PAD_MODES and g.ndim >= 2 and floats(g)):
+        return False
+    inner = [n - a - b for (a, b), n in zip(pad_width[-2:], g.shape[-2:], strict=True)]
+    return min(inner) > 0 and g.size > 0 and _pad_fits(
+        np.empty((1, *inner), g.dtype), [(0, 0), *pad_width[-2:]], mode) and not any(
+        a or b for a, b in pad_width[:-2])
+
+
+register("pad", "rows", _pad_fits, "pad:pad")
+register("pad_grad", "rows", _pad_grad_fits, "pad:pad_grad")
