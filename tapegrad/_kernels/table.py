@@ -261,3 +261,17 @@ def _pad_grad_fits(g: Any, pad_width: Any, mode: str) -> bool:
 
 register("pad", "rows", _pad_fits, "pad:pad")
 register("pad_grad", "rows", _pad_grad_fits, "pad:pad_grad")
+
+
+def _planes4(x: Any) -> bool:
+    return x.ndim == 4 and x.size > 0 and floats(x)
+
+
+register("resize_nearest2d", "rows", lambda x, ih, iw: _planes4(x), "resample:nearest")
+register("resize_nearest2d_grad", "rows", lambda g, ih, iw, h, w: _planes4(g),
+         "resample:nearest_grad")
+register("resize_linear2d", "rows", lambda x, ih, wh, iw, ww: _planes4(x) and floats(x, wh, ww),
+         "resample:linear")
+register("resize_linear2d_grad", "rows",
+         lambda g, ih, wh, iw, ww, h, w: _planes4(g) and floats(g, wh, ww),
+         "resample:linear_grad")
