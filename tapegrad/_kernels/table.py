@@ -275,3 +275,10 @@ register("resize_linear2d", "rows", lambda x, ih, wh, iw, ww: _planes4(x) and fl
 register("resize_linear2d_grad", "rows",
          lambda g, ih, wh, iw, ww, h, w: _planes4(g) and floats(g, wh, ww),
          "resample:linear_grad")
+register("instance_norm", "planes",
+         lambda x, w, b, eps: x.ndim >= 3 and x.size > 0 and floats(x, w, b),
+         "norm_instance:instance_norm")
+register("instance_norm_grad", "planes",
+         lambda xp, g, x, w, eps, needs: x.ndim >= 3 and x.size > 0 and floats(g, x, w)
+         and g.shape == x.shape,
+         "norm_instance:instance_norm_grad")
