@@ -231,7 +231,7 @@ def interpolate(
             f"{op}: mode {mode!r} needs {_LINEAR_MODES[mode]} spatial axes, input is {x.shape}"
         )
     ac = bool(align_corners)
-    axes = []  # per axis: None (unchanged) or (indices (2, o), weights (2, o))
+    axes: list[Any] = []  # per axis: None (unchanged) or (indices (2, o), weights (2, o))
     for k in range(nd):
         n, o = x.shape[2 + k], sizes[k]
         if n == o and not sf[k]:
