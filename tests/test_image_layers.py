@@ -223,3 +223,41 @@ def test_parallel_kernels_give_the_same_bits_at_1_2_and_3_threads():
     out = subprocess.run([sys.executable, "-c", _THREADS], env=env, capture_output=True,
                          text=True, timeout=600, check=False)
     assert out.returncode == 0 and "same" in out.stdout, out.stderr[-3000:]
+
+
+def test_compiled_step_equals_the_eager_step():
+    nn = tg.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pad, self.conv = nn.ReflectionPad2d(1), nn.Conv2d(2, 4, 3)
+            self.norm = nn.InstanceNorm2d(4, affine=True)
+            self.up = nn.Upsample(scale_factor=2)
+            self.up2 = nn.Upsample(size=(13, 9), mode="bilinear")
+
+        def forward(self, x):
+            return self.up2(self.up(self.norm(self.conv(self.pad(x))))).relu()
+
+    def run(compiled):
+        tg.manual_seed(0)
+        m = Net()
+        opt = tg.optim.Adam(m.parameters(), lr=1e-2)
+
+        def step(x, t):
+            with tg.Tape() as tape:
+                loss = ((m(x) - t) ** 2).mean()
+            opt.step(tape.gradient(loss, m))
+            return loss
+
+        s = tg.compile(step) if compiled else step
+        rng = np.random.default_rng(0)
+        losses = [s(tg.tensor(rng.standard_normal((2, 2, 6, 5)).astype(np.float32)),
+                    tg.tensor(rng.standard_normal((2, 4, 13, 9)).astype(np.float32))).item()
+                  for _ in range(3)]
+        return losses, [p.numpy().copy() for p in m.parameters()]
+
+    (eager, pe), (compiled, pc) = run(False), run(True)
+    assert eager == compiled
+    for a, b in zip(pe, pc, strict=True):
+        np.testing.assert_array_equal(a, b)
