@@ -23,6 +23,7 @@ from .._backend import np
 from . import jit
 from .chunks import bounds, num_threads
 
+U = np.uint64  # flat offsets: unsigned, so that the row loops need no wraparound checks
 PARALLEL_MIN = 1 << 15  # elements from which a pass runs on several threads
 MODES = {"reflect": 0, "edge": 1, "wrap": 2}  # numpy's names (PyTorch's reflect/replicate/circular)
 
@@ -51,50 +52,57 @@ def _fwd(x, y, top, left, mode, r0, r1):  # type: ignore[no-untyped-def]
     """Output rows r0 to r1 of the flat (P * OH) rows."""
     h, w = x.shape[1], x.shape[2]
     oh, ow = y.shape[1], y.shape[2]
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
     for r in range(r0, r1):
         p = r // oh
-        i = r - p * oh
-        si = _src(i - top, h, mode)
+        si = _src(r - p * oh - top, h, mode)
+        ib = U((p * h + si) * w)
+        ob = U(r * ow)
         for j in range(left):
-            y[p, i, j] = x[p, si, _src(j - left, w, mode)]
-        for j in range(w):
-            y[p, i, left + j] = x[p, si, j]
+            yf[ob + U(j)] = xf[ib + U(_src(j - left, w, mode))]
+        mid = ob + U(left)
+        for k in range(U(w)):
+            yf[mid + k] = xf[ib + k]
         for j in range(left + w, ow):
-            y[p, i, j] = x[p, si, _src(j - left, w, mode)]
+            yf[ob + U(j)] = xf[ib + U(_src(j - left, w, mode))]
 
 
 @jit(inline="always")
-def _fold_row(g, p, i, gx, s, left, mode, first):  # type: ignore[no-untyped-def]
-    """``gx[p, s] (+)= g[p, i]`` folded along the columns."""
-    w, ow = gx.shape[2], g.shape[2]
+def _fold_row(gf, gb, df, db, left, w, ow, mode, first):  # type: ignore[no-untyped-def]
+    """``df[db:db + w] (+)= gf[gb:gb + ow]`` folded along the columns."""
+    mid = gb + U(left)
     if first:
-        for j in range(w):
-            gx[p, s, j] = g[p, i, left + j]
+        for k in range(U(w)):
+            df[db + k] = gf[mid + k]
     else:
-        for j in range(w):
-            gx[p, s, j] += g[p, i, left + j]
+        for k in range(U(w)):
+            df[db + k] += gf[mid + k]
     for j in range(left):
-        gx[p, s, _src(j - left, w, mode)] += g[p, i, j]
+        df[db + U(_src(j - left, w, mode))] += gf[gb + U(j)]
     for j in range(left + w, ow):
-        gx[p, s, _src(j - left, w, mode)] += g[p, i, j]
+        df[db + U(_src(j - left, w, mode))] += gf[gb + U(j)]
 
 
 @jit()
 def _bwd(g, gx, top, left, mode, r0, r1):  # type: ignore[no-untyped-def]
     """Input rows r0 to r1 of the flat (P * H) rows: each the fold of every output row that
     maps to it (its own, then the padded rows above and below in order)."""
-    h = gx.shape[1]
-    oh = g.shape[1]
+    h, w = gx.shape[1], gx.shape[2]
+    oh, ow = g.shape[1], g.shape[2]
+    gf = g.reshape(-1)
+    df = gx.reshape(-1)
     for r in range(r0, r1):
         p = r // h
         s = r - p * h
-        _fold_row(g, p, s + top, gx, s, left, mode, True)
+        db = U(r * w)
+        _fold_row(gf, U((p * oh + s + top) * ow), df, db, left, w, ow, mode, True)
         for i in range(top):
             if _src(i - top, h, mode) == s:
-                _fold_row(g, p, i, gx, s, left, mode, False)
+                _fold_row(gf, U((p * oh + i) * ow), df, db, left, w, ow, mode, False)
         for i in range(top + h, oh):
             if _src(i - top, h, mode) == s:
-                _fold_row(g, p, i, gx, s, left, mode, False)
+                _fold_row(gf, U((p * oh + i) * ow), df, db, left, w, ow, mode, False)
 
 
 @jit(parallel=True)
