@@ -240,23 +240,23 @@ for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
 _PAD_MODES = ("reflect", "edge", "wrap")
 
 
-def _pad_fits(x: Any, pad_width: Any, mode: str, *_: Any) -> bool:
-    """Reflection, edge or wrap padding of the last two axes only, of a non-empty float array."""
-    if mode not in _PAD_MODES or x.ndim < 2 or not floats(x) or x.size == 0:
-        return False
-    if any(a or b for a, b in pad_width[:-2]):
+def _widths_fit(pad_width: Any, inner: Any, mode: str) -> bool:
+    """No padding before the last two axes; reflection narrower than the padded size."""
+    if mode not in _PAD_MODES or any(a or b for a, b in pad_width[:-2]) or min(inner) < 1:
         return False
     return mode != "reflect" or all(
-        a < n and b < n for (a, b), n in zip(pad_width[-2:], x.shape[-2:], strict=True))
+        a < n and b < n for (a, b), n in zip(pad_width[-2:], inner, strict=True))
+
+
+def _pad_fits(x: Any, pad_width: Any, mode: str, *_: Any) -> bool:
+    """Reflection, edge or wrap padding of the last two axes only, of a float array."""
+    return x.ndim >= 2 and floats(x) and _widths_fit(pad_width, x.shape[-2:], mode)
 
 
 def _pad_grad_fits(g: Any, pad_width: Any, mode: str) -> bool:
-    if not (mode in _PAD_MODES and g.ndim >= 2 and floats(g)):
-        return False
-    inner = [n - a - b for (a, b), n in zip(pad_width[-2:], g.shape[-2:], strict=True)]
-    return min(inner) > 0 and g.size > 0 and _pad_fits(
-        np.empty((1, *inner), g.dtype), [(0, 0), *pad_width[-2:]], mode) and not any(
-        a or b for a, b in pad_width[:-2])
+    return g.ndim >= 2 and floats(g) and _widths_fit(
+        pad_width, [n - a - b for (a, b), n in zip(pad_width[-2:], g.shape[-2:], strict=True)],
+        mode)
 
 
 register("pad", "rows", _pad_fits, "pad:pad")
