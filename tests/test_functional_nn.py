@@ -727,6 +727,16 @@ def _prim_rows():
             lambda x: F.interpolate(x, scale_factor=2.0) ** 2,
             [tg.tensor(_rand(rng, (1, 1, 3)))],
         ),
+        "nn.resize_nearest2d": (lambda x: F.interpolate(x, size=(7, 3)), [x4]),
+        "nn.resize_nearest2d_grad": (lambda x: F.interpolate(x, scale_factor=2) ** 2, [x4]),
+        "nn.resize_linear2d": (
+            lambda x: F.interpolate(x, size=(3, 7), mode="bilinear", align_corners=True), [x4]),
+        "nn.resize_linear2d_grad": (
+            lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear") ** 2, [x4]),
+        "nn.instance_norm": (
+            lambda x, w, b: F.instance_norm(x, weight=w, bias=b) ** 2,
+            [x4, tg.tensor(_rand(rng, (x4.shape[1],))), tg.tensor(_rand(rng, (x4.shape[1],)))],
+        ),
         "nn.max_pool2d": (lambda x: F.max_pool2d(x, 2, 1) ** 2, [x4]),
         "nn.max_pool2d_grad": (lambda x: F.max_pool2d(x, 3, 2, 1) ** 2, [x4]),
         "nn.max_pool2d_select": (lambda x: F.max_pool2d(x, (2, 1), dilation=(2, 1)) ** 2, [x4]),

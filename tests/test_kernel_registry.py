@@ -28,8 +28,10 @@ from tapegrad.nn import _f_linear as LIN
 from tapegrad.nn import _f_loss as L
 from tapegrad.nn import _f_norm as N
 from tapegrad.nn import _f_pool as P
+from tapegrad.nn import _f_resize as RS
 from tapegrad.nn import _f_rnn as RNN
 from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _shape as SH
 from tapegrad.ops import _softmax as SM
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
@@ -170,6 +172,31 @@ CASES = {
     "adam": (True, _adam_case),
 }
 CASES.update(_recurrent_cases())
+
+# image layers: padding of the last two axes, resampling by index, instance norm
+_IH, _IW = np.array([0, 0, 1, 2, 2, 4]), np.array([0, 1, 1, 2, 3, 3, 4])  # sorted sources
+_LH = (np.array([[0, 0, 1, 3], [1, 1, 2, 4]]), np.array([[1.0, 0.75, 0.5, 0.25],
+                                                           [0.0, 0.25, 0.5, 0.75]]))
+_LW = (np.array([[0, 1, 1, 2, 5], [1, 2, 2, 3, 5]]), np.array([[0.5, 1.0, 0.2, 0.6, 1.0],
+                                                                 [0.5, 0.0, 0.8, 0.4, 0.0]]))
+CASES.update({
+    "pad": (True, lambda dt: (SH._pad_np, (
+        _r(60, (2, 3, 5, 6), dt), ((0, 0), (0, 0), (2, 1), (1, 3)), "reflect", 0.0))),
+    "pad_grad": (False, lambda dt: (SH._reflect_grad_np, (
+        _r(61, (2, 3, 8, 10), dt), ((0, 0), (0, 0), (2, 1), (1, 3)), "edge"))),
+    "resize_nearest2d": (True, lambda dt: (RS._nearest_np, (_r(62, (2, 3, 5, 5), dt), _IH, _IW))),
+    "resize_nearest2d_grad": (False, lambda dt: (RS._nearest_grad_np, (
+        _r(63, (2, 3, 6, 7), dt), _IH, _IW, 5, 5))),
+    "resize_linear2d": (True, lambda dt: (RS._linear_np, (
+        _r(64, (2, 3, 5, 6), dt), _LH[0], _LH[1].astype(dt), _LW[0], _LW[1].astype(dt)))),
+    "resize_linear2d_grad": (False, lambda dt: (RS._linear_grad_np, (
+        _r(65, (2, 3, 4, 5), dt), _LH[0], _LH[1].astype(dt), _LW[0], _LW[1].astype(dt), 5, 6))),
+    "instance_norm": (False, lambda dt: (N._in, (
+        _r(66, (2, 3, 4, 5), dt), _r(67, (3,), dt), _r(68, (3,), dt), 1e-5))),
+    "instance_norm_grad": (False, lambda dt: (N._in_grad, (
+        ARRAYS, _r(69, (2, 3, 4, 5), dt), _r(66, (2, 3, 4, 5), dt), _r(67, (3,), dt), 1e-5,
+        (True, True, True)))),
+})
 
 
 def _copy(a):

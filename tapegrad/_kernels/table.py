@@ -234,3 +234,51 @@ def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bo
 for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
     register(_op, "numba", _seq_fits, f"rnn:{_op}")
     register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")
+
+
+# -- image layers: padding, resampling, instance norm (pad.py, resample.py, norm_instance.py) --
+_PAD_MODES = ("reflect", "edge", "wrap")
+
+
+def _widths_fit(pad_width: Any, inner: Any, mode: str) -> bool:
+    """No padding before the last two axes; reflection narrower than the padded size."""
+    if mode not in _PAD_MODES or any(a or b for a, b in pad_width[:-2]) or min(inner) < 1:
+        return False
+    return mode != "reflect" or all(
+        a < n and b < n for (a, b), n in zip(pad_width[-2:], inner, strict=True))
+
+
+def _pad_fits(x: Any, pad_width: Any, mode: str, *_: Any) -> bool:
+    """Reflection, edge or wrap padding of the last two axes only, of a float array."""
+    return x.ndim >= 2 and floats(x) and _widths_fit(pad_width, x.shape[-2:], mode)
+
+
+def _pad_grad_fits(g: Any, pad_width: Any, mode: str) -> bool:
+    return g.ndim >= 2 and floats(g) and _widths_fit(
+        pad_width, [n - a - b for (a, b), n in zip(pad_width[-2:], g.shape[-2:], strict=True)],
+        mode)
+
+
+register("pad", "rows", _pad_fits, "pad:pad")
+register("pad_grad", "rows", _pad_grad_fits, "pad:pad_grad")
+
+
+def _planes4(x: Any) -> bool:
+    return x.ndim == 4 and x.size > 0 and floats(x)
+
+
+register("resize_nearest2d", "rows", lambda x, ih, iw: _planes4(x), "resample:nearest")
+register("resize_nearest2d_grad", "rows", lambda g, ih, iw, h, w: _planes4(g),
+         "resample:nearest_grad")
+register("resize_linear2d", "rows", lambda x, ih, wh, iw, ww: _planes4(x) and floats(x, wh, ww),
+         "resample:linear")
+register("resize_linear2d_grad", "rows",
+         lambda g, ih, wh, iw, ww, h, w: _planes4(g) and floats(g, wh, ww),
+         "resample:linear_grad")
+register("instance_norm", "planes",
+         lambda x, w, b, eps: x.ndim >= 3 and x.size > 0 and floats(x, w, b),
+         "norm_instance:instance_norm")
+register("instance_norm_grad", "planes",
+         lambda xp, g, x, w, eps, needs: x.ndim >= 3 and x.size > 0 and floats(g, x, w)
+         and g.shape == x.shape,
+         "norm_instance:instance_norm_grad")

@@ -6,8 +6,8 @@ keeping the normalised copy). Its VJPs are written once over an ops namespace, o
 (differentiable, for higher order) and on arrays (the backward pass nothing records), with the
 same numbers either way. ``batch_norm`` in training is one primitive too (``nn.batch_norm``,
 the same plan per channel; compiled kernels under it, see ``_kernels/batchnorm.py`` and ``_kernels/layernorm.py``), and
-``instance_norm`` is that primitive over (1, N * C, ...). The others are compositions of
-tapegrad ops.
+so is ``instance_norm`` (``nn.instance_norm``: per sample and channel, with its affine map;
+``_kernels/norm_instance.py``). The others are compositions of tapegrad ops.
 """
 
 
@@ -187,9 +187,11 @@ def rms_norm(
 # --------------------------------------------------------------------------------------------
 
 
-def _bn_stats(xp: Any, x: Any, eps: float) -> tuple[Any, Any]:
-    """``(x - mean) * rstd`` and ``rstd`` per channel (axis 1), both broadcastable to x."""
-    axes = (0,) + tuple(range(2, x.ndim))
+def _bn_stats(xp: Any, x: Any, eps: float, axes: Any = None) -> tuple[Any, Any]:
+    """``(x - mean) * rstd`` and ``rstd`` over ``axes`` (default: all but the channel axis 1),
+    both broadcastable to x."""
+    if axes is None:
+        axes = (0,) + tuple(range(2, x.ndim))
     mu = xp.mean(x, axis=axes, keepdims=True)
     d = x - mu
     rstd = xp.apply(_RSQRT, xp.mean(d * d, axis=axes, keepdims=True) + eps)
@@ -415,6 +417,51 @@ def group_norm(
     return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2), "group_norm")
 
 
+# Instance norm in training is one primitive with its affine map (``nn.instance_norm``):
+# statistics per (sample, channel) over the spatial axes, the same plan as batch norm's;
+# compiled kernels under it (``_kernels/norm_instance.py``) finish each plane in cache, where
+# batch norm's primitive over (1, N * C, ...) plus the affine products made five more passes.
+def _in(x: Any, w: Any, b: Any, eps: float) -> Any:
+    y, _ = _bn_stats(ARRAYS, x, eps, tuple(range(2, x.ndim)))
+    if w is not None:
+        y *= _channel(w, x.ndim)
+    if b is not None:
+        y += _channel(b, x.ndim)
+    return y
+
+
+def _in_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
+    return dispatch("instance_norm", _in, x, w, b, eps)
+
+
+def _in_grad(xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any) -> tuple[Any, Any, Any]:
+    axes = tuple(range(2, x.ndim))
+    m = math.prod(x.shape[2:])
+    xhat, rstd = _bn_stats(xp, x, eps, axes)
+    gx = gw = gb = None
+    if needs[1]:
+        gw = xp.sum(g * xhat, axis=(0, *axes))
+    if needs[2]:
+        gb = xp.sum(g, axis=(0, *axes))
+    if needs[0]:
+        gy = g if w is None else g * xp.reshape(w, (1, -1) + (1,) * (x.ndim - 2))
+        gx = rstd * (
+            gy
+            - xp.sum(gy, axis=axes, keepdims=True) * (1.0 / m)
+            - xhat * (xp.sum(gy * xhat, axis=axes, keepdims=True) * (1.0 / m))
+        )
+    return gx, gw, gb
+
+
+def _in_grads(
+    xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any, eps: float, needs: Any
+) -> tuple[Any, Any, Any]:
+    return dispatch("instance_norm_grad", _in_grad, xp, g, x, w, eps, needs)
+
+
+INSTANCE_NORM = defprim("nn.instance_norm", _in_fwd, Joint(_in_grads), (0, 1))
+
+
 @upper
 def instance_norm(
     input: Any,
@@ -432,13 +479,24 @@ def instance_norm(
         raise ValueError(f"instance_norm: input must be (N, C, ...), got shape {x.shape}")
     if not use_input_stats:
         return batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
+    check_eps(eps, "instance_norm")
     n, c = x.shape[:2]
-    # batch norm's primitive over (1, N * C, ...): each (sample, channel) is a channel
-    flat = S.reshape(x, (1, n * c) + x.shape[2:])
-    y = S.reshape(apply(BATCH_NORM, flat, None, None, eps=float(eps)), x.shape)
+    if math.prod(x.shape[2:]) <= 1:
+        raise ValueError(
+            f"instance_norm: expected more than 1 spatial element when normalising with the "
+            f"input's statistics, got input shape {x.shape}"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (c,):
+            raise ValueError(
+                f"instance_norm: {name} must have shape ({c},) for an input with {c} channels "
+                f"(shape {x.shape}), got {tuple(t.shape)}"
+            )
+    w = None if weight is None else float_input(weight, "instance_norm", "weight")
+    b = None if bias is None else float_input(bias, "instance_norm", "bias")
     if running_mean is not None or running_var is not None:
         # the per-sample statistics averaged over the batch, as PyTorch does
-        mean, var = _batch_stats(flat._data)
+        mean, var = _batch_stats(x._data.reshape((1, n * c) + x.shape[2:]))
         k = math.prod(x.shape[2:])
         var = (var.reshape(n, c) * (k / max(k - 1, 1))).mean(axis=0)
         m = mean.reshape(n, c).mean(axis=0)
@@ -450,6 +508,9 @@ def instance_norm(
             running_var.copy_(
                 ((1 - momentum) * running_var._data + momentum * var).astype(running_var.dtype)
             )
+    if all(t is None or t.dtype == x.dtype for t in (w, b)):
+        return apply(INSTANCE_NORM, x, w, b, eps=float(eps))
+    y, _ = _standardize(x, tuple(range(2, x.ndim)), eps)
     return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2), "instance_norm")
 
 

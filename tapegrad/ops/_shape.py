@@ -9,6 +9,7 @@ from typing import Any
 
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np
+from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis, operands, result_dtype
 
@@ -67,6 +68,10 @@ def _concat_prim(n: int) -> Any:
 
 
 def _pad_fwd(x: Any, pad_width: Any, mode: Any, value: float) -> Any:
+    return dispatch("pad", _pad_np, x, pad_width, mode, value)  # _kernels/pad.py
+
+
+def _pad_np(x: Any, pad_width: Any, mode: Any, value: float) -> Any:
     if mode == "constant":
         return np.pad(x, pad_width, mode="constant", constant_values=value)
     return np.pad(x, pad_width, mode=mode)
@@ -80,6 +85,10 @@ def _pad_vjp(xp: Any, g: Any, ans: Any, x: Any, *, pad_width: Any, mode: str, va
 
 
 def _reflect_grad_fwd(g: Any, pad_width: Any, mode: Any) -> Any:
+    return dispatch("pad_grad", _reflect_grad_np, g, pad_width, mode)
+
+
+def _reflect_grad_np(g: Any, pad_width: Any, mode: Any) -> Any:
     # the adjoint of reflect padding: scatter each padded position back to its source
     shape = tuple(n - b - a for n, (b, a) in zip(g.shape, pad_width, strict=True))
     out = g
