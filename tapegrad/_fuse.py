@@ -38,7 +38,7 @@ from typing import Any
 
 from . import _kernels
 from ._backend import np
-from ._kernels.registry import dispatch
+from ._kernels.registry import NotReady, dispatch
 from ._kernels.table import flat_floats
 
 __all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
@@ -689,72 +689,31 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
 
 
 # -- optimizer updates --------------------------------------------------------------------------
-# SGD's per-parameter arithmetic, written as its numpy code does it (same order, scalars cast to
-# the parameter's dtype as numpy casts a Python number), one loop per parameter; Adam's is the
-# eager optimizer's own update, which dispatches to its compiled loop (_kernels/optim.py).
-_SGD_LOOP = """import numpy as np
-T = np.{dtype}
-U = np.uint64
-
-
-def kernel(p, g, buf, lr, wd, mom, damp, flags):
-    pf = p.reshape(-1)
-    gf = g.reshape(-1)
-    bf = buf.reshape(-1)
-    # flags: a bit mask (an int dispatches in a fraction of a tuple of bools' time)
-    coupled = (flags & 1) != 0
-    decoupled = (flags & 2) != 0
-    momentum = (flags & 4) != 0
-    first = (flags & 8) != 0
-    nesterov = (flags & 16) != 0
-    shrink = T(1.0 - lr * wd)
-    for k in range(U(pf.size)):
-        if decoupled:
-            pf[k] = pf[k] * shrink
-        d = gf[k]
-        if coupled:
-            d = pf[k] * T(wd) + d
-        if momentum:
-            if first:
-                b = d
-            else:
-                b = bf[k] * T(mom)
-                b = b + (d * T(1.0 - damp) if damp != 0.0 else d)
-            bf[k] = b
-            if nesterov:
-                s = (b * T(mom) + d) * T(lr)
-            else:
-                s = b * T(lr)
-        else:
-            s = d * T(lr)
-        pf[k] = pf[k] - s
-"""
-
-
+# SGD's and Adam's per-parameter arithmetic is the eager optimizer's own compiled loop
+# (_kernels/optim.py): SGD's is called for every parameter it fits, Adam's is dispatched.
 _KINDS: dict[Any, bool] = {}  # SGD -> True, Adam and AdamW -> False (filled on first use)
+_SGD_STEP: list[Any] = []  # _kernels.optim.sgd_step, once loaded
 
 
 def _loops_made() -> bool:
-    """Compile SGD's and Adam's loops once; False (with a warning) when numba cannot."""
+    """Import the optimizers' loops once; False (with a warning) when numba cannot."""
     if _KINDS:
         return None not in _KINDS
     from .optim import SGD, Adam, AdamW  # noqa: PLC0415 - optim sits above this module
 
-    kinds = {SGD: True, Adam: False, AdamW: False}
     try:
-        for k, is_sgd in kinds.items():
-            _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd
-                         else _ADAM for d in ("float32", "float64")}
+        from ._kernels.optim import sgd_step  # noqa: PLC0415 - numba's, imported on first use
     except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
         _KINDS[None] = False  # no loops: every optimizer keeps update_one
         warnings.warn(
-            f"tg.compile: the fused optimizer loops failed to compile ({type(e).__name__}: "
+            f"tg.compile: the fused optimizer loops failed to load ({type(e).__name__}: "
             f"{e}); optimizers update with their own code",
             RuntimeWarning,
             stacklevel=4,
         )
         return False
-    _KINDS.update(kinds)
+    _KINDS.update({SGD: True, Adam: False, AdamW: False})
+    _SGD_STEP[:] = [sgd_step]
     return True
 
 
@@ -764,7 +723,7 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
     ``AdamW`` or numba is not selected. Each call makes a new function, for one parameter of a
     program: it reads ``group`` (the learning rate a scheduler sets) every time it runs. A
     parameter a loop cannot take (another dtype, a view, AMSGrad, an SGD parameter large enough
-    for its threaded path) gets ``update_one``.
+    for its threaded path) gets ``update_one``, and so does one whose loop is still compiling.
 
     Which loop the parameter takes is decided the first time its arrays are seen (a program
     makes gradients of the same layout every step) and again whenever one is replaced.
@@ -775,8 +734,8 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
     sgd = _KINDS.get(kind)
     if sgd is None:
         return None
-    loops = _LOOPS[kind]
-    seen: list[Any] = [None, None]  # the arrays last checked, the loop they take (or None)
+    sgd_step = _SGD_STEP[0]
+    seen: list[Any] = [None, False]  # the arrays last checked, whether the loop takes them
 
     def fwd(p: Any, g: Any, group: dict[str, Any]) -> None:
         a = p._data
@@ -785,34 +744,22 @@ def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
         if st is None:
             st = state[p] = opt.init_single(a, group)
         if sgd:
-            buf = st.get("momentum_buffer")
-            arrays: tuple[Any, ...] = (a, buf)
+            arrays: tuple[Any, ...] = (a, st.get("momentum_buffer"))
         else:
             arrays = (a, st["exp_avg"], st["exp_avg_sq"])
         old = seen[0]
-        if old is None or arrays[0] is not old[0] or arrays[1] is not old[1] or (
-            not sgd and arrays[2] is not old[2]
-        ):  # first step, or an array was replaced: check the layouts once
-            seen[0], seen[1] = arrays, loops.get(a.dtype) if _choose(g, arrays, sgd) else None
-        loop = seen[1]
-        if loop is None or (not sgd and group["amsgrad"]):
+        if old is None or any(x is not y for x, y in zip(arrays, old, strict=True)):
+            # first step, or an array was replaced: check the layouts once
+            seen[0], seen[1] = arrays, _choose(g, arrays, sgd)
+        if not seen[1] or (not sgd and group["amsgrad"]):
             opt.update_one(p, g, group)
             return
         if sgd:
-            lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
-            flags = 0
-            if wd:
-                flags = 2 if group.get("decoupled_weight_decay", False) else 1
-            if mom:
-                flags |= 20 if group["nesterov"] else 4  # momentum (4), Nesterov (16)
-                if buf is None:  # the first step seeds the buffer with the gradient (8)
-                    flags |= 8
-            new = np.empty_like(a) if flags & 8 else None
-            bf = new if new is not None else (a if buf is None else buf)
-            loop(a, g, bf, lr, wd, mom, group["dampening"], flags)
-            if new is not None:  # kept once the loop has run (it may not start: NotReady)
-                st["momentum_buffer"] = new
-                seen[0] = (a, new)
+            try:
+                sgd_step(a, g, st, group)
+            except NotReady:  # its machine code is still compiling: numpy's, the same bits
+                opt.numpy_step(a, g, st, group)
+            seen[0] = (a, st.get("momentum_buffer"))
         else:
             st["step"] += 1
             dispatch("adam", opt.numpy_step, a, g, st, group)
@@ -833,9 +780,3 @@ def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
     if a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
         return False
     return flat_floats(a, g, *(x for x in arrays[1:] if x is not None))
-
-
-_ADAM = "adam"  # Adam's and AdamW's "loop": their update, dispatched (see ``update``)
-
-
-_LOOPS: dict[Any, dict[Any, Any]] = {}

@@ -234,3 +234,14 @@ def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bo
 for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
     register(_op, "numba", _seq_fits, f"rnn:{_op}")
     register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")
+
+
+# -- optimizers: SGD (optim.py) ---------------------------------------------------------------
+def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
+    # from 4096 elements, as Adam's loop: one pass where numpy makes up to four, bit for bit
+    # the same; the optimizer's threaded pieces take parameters over 1M elements first
+    return p.size >= 4096 and flat_floats(p, g, *(
+        [] if state.get("momentum_buffer") is None else [state["momentum_buffer"]]))
+
+
+register("sgd", "loop", _sgd, "optim:sgd_step")
