@@ -40,6 +40,7 @@ from . import _kernels
 from ._backend import np
 from ._kernels.registry import NotReady, dispatch
 from ._kernels.table import flat_floats
+from ._program import Op, leaves
 
 __all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
 
@@ -106,35 +107,16 @@ def _matmul_t(x: Any, w: Any) -> Any:
     return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(x.shape[:-1] + (w.shape[0],))
 
 
-class _Op:
-    """A pseudo-primitive of a rewritten program: a name and ``fwd``, as ``_Program`` wants."""
-
-    __slots__ = ("fwd", "name")
-
-    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
-        self.fwd = fwd
-        self.name = name
-
-
 def _gemm_nt(x: Any, w: Any) -> Any:
     return x @ w.T
 
 
-def _gemm_tn(g: Any, x: Any) -> Any:
-    return g.T @ x
+_MATMUL_T = Op(_matmul_t, "nn.linear gemm")
+_GEMM_NT = Op(_gemm_nt, "nn.linear gemm")
+_GETITEM = Op(operator.getitem, "fused output")
 
 
-_MATMUL_T = _Op(_matmul_t, "nn.linear gemm")
-_GEMM_NT = _Op(_gemm_nt, "nn.linear gemm")
-# nn.linear's 2-D GEMMs called straight, without the VJP's wrappers (about 0.7 us a call)
-_LEAN = {
-    "nn.linear vjp0": (_Op(operator.matmul, "nn.linear vjp0 (g @ w)"), (0, 3)),
-    "nn.linear vjp1": (_Op(_gemm_tn, "nn.linear vjp1 (g.T @ x)"), (0, 2)),
-}
-_GETITEM = _Op(operator.getitem, "fused output")
-
-
-class FusedKernel(_Op):
+class FusedKernel(Op):
     """One fused loop: ``fwd(*operands)`` returns its output array, or a tuple of them."""
 
     __slots__ = ("donors", "members", "source")
@@ -377,8 +359,8 @@ _IDENTITY = ("add vjp0", "add vjp1", "sub vjp0")
 
 def _changes(prim: Any) -> bool:
     """Whether an instruction writes memory that others read: an optimizer update (its first
-    operand is the parameter itself) or an in-place primitive (a name ending in ``_``)."""
-    return prim.name.endswith("_") or hasattr(prim, "opt")
+    operand is the parameter itself) or an in-place primitive."""
+    return bool(prim.inplace)
 
 
 # -- code generation ----------------------------------------------------------------------------
@@ -620,14 +602,12 @@ def fuse(prog: Any, example_inputs: list[Any]) -> int:
 
 
 def _fuse(prog: Any, example_inputs: list[Any]) -> int:
-    from ._compile import _leaves  # noqa: PLC0415 - _compile calls this module
-
     values = _values(prog, example_inputs)
     groups = _groups(prog, values)
     if not groups:
         return 0
     # the step's outputs stay materialised; gradients are read by updates, so kept below
-    keep: set[int] = set(_leaves(prog.outputs))
+    keep: set[int] = set(leaves(prog.outputs))
     grouped: dict[int, _Group] = {}
     for group in groups:
         for m in (*group.members, *group.reductions):
@@ -652,11 +632,7 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
     for i, ins in enumerate(prog.instrs):
         g = grouped.get(i)
         if g is None:
-            lean = _LEAN.get(ins[0].name)
-            if lean is not None and ins[1][0][0] == "s" and _is_2d(values.get(ins[1][0][1])):
-                instrs.append((lean[0], tuple(ins[1][p] for p in lean[1]), {}, ins[3]))
-            else:
-                instrs.append(ins)
+            instrs.append(ins)
             where.append(prog.where[i])
             continue
         if g.members[0] != i:

@@ -34,10 +34,13 @@ class Primitive:
     ``vjps[i](xp, g, ans, *args, **params)`` returns the gradient for input ``i`` given the
     output gradient ``g``; only what ``save`` lists reaches it (the rest is None), so a VJP
     cannot hold more memory than it declares. A ``None`` VJP says the input has no gradient;
-    backward raises if such an input is asked for one.
+    backward raises if such an input is asked for one. ``inplace``: the forward writes its
+    first input and returns it (a running statistic), so a replay keeps the call although
+    nothing reads its result.
     """
 
-    __slots__ = ("name", "fwd", "vjps", "joint", "save", "save_out", "save_args", "save_prefix")
+    __slots__ = ("name", "fwd", "vjps", "joint", "save", "save_out", "save_args", "save_prefix",
+                 "inplace")
 
     def __init__(
         self,
@@ -45,9 +48,11 @@ class Primitive:
         fwd: Callable[..., Any],
         vjp: VJP = None,
         save: tuple[int, ...] = (),
+        inplace: bool = False,
     ) -> None:
         self.name = name
         self.fwd = fwd
+        self.inplace = inplace
         self.joint = vjp.fn if isinstance(vjp, Joint) else None
         self.vjps = () if isinstance(vjp, Joint) else vjp if isinstance(vjp, tuple) else (vjp,)
         self.save = save
@@ -69,6 +74,8 @@ def defprim(
     fwd: Callable[..., Any],
     vjp: VJP = None,
     save: tuple[int, ...] = (),
+    *,
+    inplace: bool = False,
 ) -> Primitive:
     """Register a primitive. ``vjp`` is one function (one input), a tuple (one per input) or a
     ``Joint``; each is called ``vjp(xp, g, ans, *args, **params)``.
@@ -80,7 +87,8 @@ def defprim(
     functions (``xp.cos``, ``xp.where``, ``xp.sum``, ``xp.apply(prim, ...)``), so it runs on
     arrays and on Tensors alike. A None VJP declares an input non-differentiable: backward
     raises a TypeError naming the primitive if a gradient is ever needed there (rather than
-    silently giving none), and so does a VJP that returns None.
+    silently giving none), and so does a VJP that returns None. ``inplace=True`` declares a
+    forward that updates its first input in place (``tg.compile`` then never drops the call).
 
     >>> import tapegrad as tg
     >>> cube = tg.defprim("doc_cube", lambda x: x**3, lambda xp, g, ans, x: g * 3 * x * x, save=(0,))
@@ -94,7 +102,7 @@ def defprim(
     """
     if name in PRIMITIVES:
         raise ValueError(f"defprim: a primitive named {name!r} is already registered")
-    p = Primitive(name, fwd, vjp, save)
+    p = Primitive(name, fwd, vjp, save, inplace)
     PRIMITIVES[name] = p
     return p
 
