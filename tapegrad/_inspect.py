@@ -282,6 +282,7 @@ def _bind() -> None:
     from ._autodiff import Tape  # noqa: PLC0415
 
     for f in (summary, to_dot, render, explain):
+        assert f.__name__ not in Tape.__dict__, f"Tape.{f.__name__} is declared twice"
         setattr(Tape, f.__name__, f)
 
 
