@@ -46,6 +46,8 @@ from ._kernels.registry import NotReady, dispatch
 from ._kernels.runtime import cache_dir, text_digest
 from ._kernels.table import flat_floats
 from ._program import Op, leaves, rule
+from .optim import SGD, Adam, AdamW
+from .optim._sgd import CHUNK
 
 __all__ = ["fuse", "update", "FusedKernel"]
 
@@ -626,10 +628,8 @@ def _loops_made() -> bool:
     """Import the optimizers' loops once; False (with a warning) when numba cannot."""
     if _KINDS:
         return None not in _KINDS
-    from .optim import SGD, Adam, AdamW  # noqa: PLC0415 - optim sits above this module
-
     try:
-        from ._kernels.optim import sgd_step  # noqa: PLC0415 - numba's, imported on first use
+        from ._kernels.optim import sgd_step  # noqa: PLC0415  # lazy: it imports numba
     except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
         _KINDS[None] = False  # no loops: every optimizer keeps update_one
         warnings.warn(
@@ -699,8 +699,6 @@ def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
     """Whether a loop can update the parameter ``arrays[0]`` from ``g`` and its state: numpy
     float arrays of one shape and dtype, all C-contiguous (``_kernels.table.flat_floats``);
     Adam's update always dispatches (its own layout check is the kernel's fits)."""
-    from .optim._sgd import CHUNK  # noqa: PLC0415
-
     a = arrays[0]
     if not sgd:
         return True

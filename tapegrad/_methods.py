@@ -542,11 +542,12 @@ def table() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part in (_core(), _torch_names(), _torch(), _numpy_api.PROTOCOLS):
         for name, f in part.items():
-            if name in out or name in Tensor.__dict__:
+            if name in out or name in _CLASS_BODY:
                 raise AssertionError(f"Tensor.{name} is declared twice")
             out[name] = f
     return out
 
 
+_CLASS_BODY = frozenset(vars(Tensor))  # what the class body declares (before binding)
 for _name, _f in table().items():
     setattr(Tensor, _name, _f)
