@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _autodiff, _fuse
+from . import _autodiff, _fuse, _fused_update
 from ._autodiff import Tape
 from ._backend import np
 from ._creation import Generator
@@ -90,7 +90,7 @@ class _Update(Op):
     __slots__ = ("opt",)
 
     def __init__(self, opt: Any, fwd: Any = None, name: str = "update_one") -> None:
-        # or a compiled loop (_fuse.update); it writes the parameter, its first operand
+        # or a compiled loop (_fused_update.update); it writes the parameter, its first operand
         super().__init__(opt.update_one if fwd is None else fwd,
                          f"{type(opt).__name__}.{name}", inplace=True)
         self.opt = opt
@@ -348,9 +348,11 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         update instruction is replaced, in place and with its operands, by one that runs the
         optimizer's arithmetic as a loop for that parameter (``tapegrad._fuse``)."""
         _fuse.fuse(self, inputs)
+        if not _fuse.enabled():  # numba not selected: every update keeps its own code
+            return
         for i, (prim, args, kw, o) in enumerate(self.instrs):
             if isinstance(prim, _Update) and prim.fwd == prim.opt.update_one:
-                loop = _fuse.update(prim.opt)
+                loop = _fused_update.update(prim.opt)
                 if loop is not None:
                     self.instrs[i] = (_Update(prim.opt, loop, "update (fused)"), args, kw, o)
 

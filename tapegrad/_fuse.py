@@ -9,8 +9,7 @@ numba loop that reads its inputs once and writes only the values used outside it
 transcendental function (numpy's ``exp``/``tanh`` are not numba's, bit for bit) or any op with
 no expression ends a chain. Grouping reads each value's shape, dtype and layout from the
 capture's ``meta`` (nothing runs), and no loop reaches across an optimizer update or an
-in-place op. ``update(optimizer)`` gives the per-parameter function that replaces an SGD or
-Adam update instruction with the optimizer's compiled loop.
+in-place op (``_fused_update`` gives optimizer updates their compiled loops).
 
 Bit-for-bit equality with the unfused program is kept by writing every operation of the numpy
 code in the same order and dtype: constants are cast to the arrays' dtype as numpy casts a
@@ -31,10 +30,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-import os
-import sys
 import threading
-import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -42,14 +38,10 @@ from typing import Any
 from . import _kernels
 from ._autodiff._expr import Expr, render
 from ._backend import np
-from ._kernels.registry import NotReady, dispatch
-from ._kernels.runtime import cache_dir, text_digest
-from ._kernels.table import flat_floats
 from ._program import Op, leaves, rule
-from .optim import SGD, Adam, AdamW
-from .optim._sgd import CHUNK
+from ._source import load as _load
 
-__all__ = ["fuse", "update", "FusedKernel"]
+__all__ = ["fuse", "FusedKernel"]
 
 
 def _c(v: Any) -> str:
@@ -363,7 +355,7 @@ def _kernel(
             key: Any = ("gemm", m) if p < 0 else v  # a call's result: made before the loop
             if key not in ins:
                 ins[key] = f"a{len(ins)}"
-                kinds[ins[key]] = _FULL if p < 0 else _classify(values[v], g.shape, g.dtype)  # type: ignore[assignment]
+                kinds[ins[key]] = _FULL if v is None else _classify(values[v], g.shape, g.dtype)  # type: ignore[assignment]
             var = ins[key]
             kind = kinds[var]
             code[p] = f"{var}f[k]" if kind == _FULL else f"{var}f[j]" if kind == _ROW else var
@@ -451,9 +443,6 @@ def _kernel(
     return op, args, [*outs, *(s for s, _ in sums), *([total[0]] if total else [])]
 
 
-# no fastmath: LLVM then neither reorders nor contracts a * b + c into an FMA; numpy's error
-# model: x / 0 gives inf or nan as numpy does (numba's default would raise)
-JIT_OPTIONS = {"nogil": True, "error_model": "numpy", "fastmath": False}
 _CACHE: dict[str, Any] = {}
 
 
@@ -472,53 +461,6 @@ def _compile(src: str) -> Any:
             kern = _CACHE[src] = _load(src)
     return kern
 
-
-def _load(src: str) -> Any:
-    nb = _kernels.numba()
-    assert nb is not None
-    name = "tg_fused_" + text_digest(src)
-    path = os.path.join(cache_dir(), name + ".py")
-    if _read(path) != src:  # absent, or not the source it is named for (torn, edited, planted)
-        try:
-            _write(path, src)
-        except OSError:
-            return _load_from_string(nb, name, src)
-    # the text run is the source itself, never the file read again; the file is what numba's
-    # disk cache stamps (its size and time) and names its machine code by
-    mod = types.ModuleType(name)
-    mod.__file__ = path
-    sys.modules[name] = mod  # numba's disk cache finds the module's globals by name
-    exec(builtins.compile(src, path, "exec"), mod.__dict__)  # noqa: S102
-    return nb.njit(cache=True, **JIT_OPTIONS)(mod.kernel)
-
-
-def _load_from_string(nb: Any, name: str, src: str) -> Any:
-    ns: dict[str, Any] = {}
-    exec(builtins.compile(src, f"<{name}>", "exec"), ns)  # noqa: S102
-    return nb.njit(**JIT_OPTIONS)(ns["kernel"])
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _write(path: str, src: str) -> None:
-    """Write ``src`` to ``path`` atomically: a reader sees the old file or the new one."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # -- the rewrite --------------------------------------------------------------------------------
@@ -615,93 +557,3 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
     prog.instrs = instrs
     prog.where = where
     return len(groups)
-
-
-# -- optimizer updates --------------------------------------------------------------------------
-# SGD's and Adam's per-parameter arithmetic is the eager optimizer's own compiled loop
-# (_kernels/optim.py): SGD's is called for every parameter it fits, Adam's is dispatched.
-_KINDS: dict[Any, bool] = {}  # SGD -> True, Adam and AdamW -> False (filled on first use)
-_SGD_STEP: list[Any] = []  # _kernels.optim.sgd_step, once loaded
-
-
-def _loops_made() -> bool:
-    """Import the optimizers' loops once; False (with a warning) when numba cannot."""
-    if _KINDS:
-        return None not in _KINDS
-    try:
-        from ._kernels.optim import sgd_step  # noqa: PLC0415  # lazy: it imports numba
-    except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
-        _KINDS[None] = False  # no loops: every optimizer keeps update_one
-        warnings.warn(
-            f"tg.compile: the fused optimizer loops failed to load ({type(e).__name__}: "
-            f"{e}); optimizers update with their own code",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        return False
-    _KINDS.update({SGD: True, Adam: False, AdamW: False})
-    _SGD_STEP[:] = [sgd_step]
-    return True
-
-
-def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
-    """``fwd(p, g, group)``, ``opt.update_one`` for one parameter with SGD's or Adam's
-    arithmetic in a compiled loop; None when ``opt`` is not exactly ``SGD``, ``Adam`` or
-    ``AdamW`` or numba is not selected. Each call makes a new function, for one parameter of a
-    program: it reads ``group`` (the learning rate a scheduler sets) every time it runs. A
-    parameter a loop cannot take (another dtype, a view, AMSGrad, an SGD parameter large enough
-    for its threaded path) gets ``update_one``, and so does one whose loop is still compiling.
-
-    Which loop the parameter takes is decided the first time its arrays are seen (a program
-    makes gradients of the same layout every step) and again whenever one is replaced.
-    """
-    if not enabled() or not _loops_made():
-        return None
-    kind = type(opt)
-    sgd = _KINDS.get(kind)
-    if sgd is None:
-        return None
-    sgd_step = _SGD_STEP[0]
-    seen: list[Any] = [None, False]  # the arrays last checked, whether the loop takes them
-
-    def fwd(p: Any, g: Any, group: dict[str, Any]) -> None:
-        a = p._data
-        state = opt.state  # read each time: loading a state dict may replace it
-        st = state.get(p)
-        if st is None:
-            st = state[p] = opt.init_single(a, group)
-        if sgd:
-            arrays: tuple[Any, ...] = (a, st.get("momentum_buffer"))
-        else:
-            arrays = (a, st["exp_avg"], st["exp_avg_sq"])
-        old = seen[0]
-        if old is None or any(x is not y for x, y in zip(arrays, old, strict=True)):
-            # first step, or an array was replaced: check the layouts once
-            seen[0], seen[1] = arrays, _choose(g, arrays, sgd)
-        if not seen[1] or (not sgd and group["amsgrad"]):
-            opt.update_one(p, g, group)
-            return
-        if sgd:
-            try:
-                sgd_step(a, g, st, group)
-            except NotReady:  # its machine code is still compiling: numpy's, the same bits
-                opt.numpy_step(a, g, st, group)
-            seen[0] = (a, st.get("momentum_buffer"))
-        else:
-            st["step"] += 1
-            dispatch("adam", opt.numpy_step, a, g, st, group)
-        p._version += 1
-
-    return fwd
-
-
-def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
-    """Whether a loop can update the parameter ``arrays[0]`` from ``g`` and its state: numpy
-    float arrays of one shape and dtype, all C-contiguous (``_kernels.table.flat_floats``);
-    Adam's update always dispatches (its own layout check is the kernel's fits)."""
-    a = arrays[0]
-    if not sgd:
-        return True
-    if a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
-        return False
-    return flat_floats(a, g, *(x for x in arrays[1:] if x is not None))

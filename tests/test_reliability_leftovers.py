@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tapegrad as tg
-from tapegrad import _fuse, _io, _kernels
+from tapegrad import _io, _kernels, _source
 
 # -- checkpoint metadata that passes the checksum but is not what tg.save writes -----------------
 
@@ -170,7 +170,7 @@ def test_a_cached_kernel_file_that_is_not_its_source_is_rewritten_never_run(
     }[planted]
     with open(path, "wb") as f:
         f.write(text.encode("utf-8", "surrogateescape"))
-    kern = _fuse._load(_SRC)
+    kern = _source.load(_SRC)
     assert not marker.exists()
     assert kern.py_func(3.0) == 6.0  # the source's function (not compiled: no numba build here)
     with open(path, encoding="utf-8") as f:
@@ -186,6 +186,6 @@ def test_a_cached_kernel_file_with_its_source_is_kept(tmp_path, monkeypatch):
     with open(path, "w") as f:
         f.write(_SRC)
     os.utime(path, (1_000_000_000, 1_000_000_000))  # numba's cache stamps the file's time
-    kern = _fuse._load(_SRC)
+    kern = _source.load(_SRC)
     assert kern.py_func(3.0) == 6.0
     assert os.stat(path).st_mtime == 1_000_000_000
