@@ -49,6 +49,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check tapegrad tests examples benchmarks docs tools
 	$(BIN)/mypy
 	@wc -l tapegrad/_autodiff/*.py | tail -n 1 | awk '{print "engine (tapegrad/_autodiff): " $$1 " lines"}'
+	@$(BIN)/python tools/package_size.py
 
 docs: $(STAMP)
 	$(BIN)/python docs/gen_api.py

@@ -21,12 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="which kernels, threads and cache folder this machine uses")
     ns = parser.parse_args(argv)
     if ns.command == "warmup":
-        from ._warmup import warmup  # noqa: PLC0415
+        from ._warmup import warmup  # noqa: PLC0415  # lazy: after the environment is set
 
         warmup(ns.script, ns.args)
         return 0
-    from . import _kernels  # noqa: PLC0415
-    from ._kernels import runtime  # noqa: PLC0415
+    from . import _kernels  # noqa: PLC0415  # lazy: after the environment is set
+    from ._kernels import runtime  # noqa: PLC0415  # lazy: after the environment is set
 
     print(f"kernels: {_kernels.selection()}")
     if _kernels.numba() is not None:

@@ -90,7 +90,7 @@ def _map(f: Callable[[Any], Any], args: tuple[Any, ...], kwargs: dict[str, Any])
 
 
 def _cast(t: Any, d: Any) -> Any:
-    from .ops._shape import astype  # noqa: PLC0415  (ops sit above this module)
+    from .ops._shape import astype  # noqa: PLC0415  # cycle: ops import this module
 
     if d == D.float16:
         with np.errstate(over="ignore"):  # out of float16's range is inf, as in PyTorch

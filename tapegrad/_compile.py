@@ -34,27 +34,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _autodiff, _fuse
+from . import _autodiff, _fuse, _fused_update
 from ._autodiff import Tape
 from ._backend import np
 from ._creation import Generator
+from ._program import Op, leaves, rule
 from ._tensor import Tensor, _wrap
-from .nn import _module
+from .nn._module import on_call
 from .ops._common import as_tensor
-from .optim import _optimizer
+from .optim._optimizer import on_update
 
-
-class _ArrayOp:
-    """A step of backward on arrays, called like a primitive's forward: ``fwd(*ins, **kw)``."""
-
-    __slots__ = ("fwd", "name")
-
-    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
-        self.fwd = fwd
-        self.name = name
-
-
-_ARRAY_OPS: dict[tuple[int, str], _ArrayOp] = {}
+# a step of backward on arrays, called like a primitive's forward: ``fwd(*ins, **kw)``
+_ARRAY_OPS: dict[tuple[int, Any], Op] = {}
 
 _PKG = os.path.dirname(os.path.abspath(__file__))
 
@@ -92,16 +83,17 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-class _Update:
+class _Update(Op):
     """An optimizer's per-parameter update as a program instruction:
     ``fwd(parameter, gradient array, group)`` is the optimizer's ``update_one``."""
 
-    __slots__ = ("fwd", "name", "opt")
+    __slots__ = ("opt",)
 
     def __init__(self, opt: Any, fwd: Any = None, name: str = "update_one") -> None:
+        # or a compiled loop (_fused_update.update); it writes the parameter, its first operand
+        super().__init__(opt.update_one if fwd is None else fwd,
+                         f"{type(opt).__name__}.{name}", inplace=True)
         self.opt = opt
-        self.fwd = opt.update_one if fwd is None else fwd  # or a compiled loop (_fuse.update)
-        self.name = f"{type(opt).__name__}.{name}"
 
 
 class _Ref:
@@ -144,13 +136,9 @@ class _GroupAt:
 
 
 def _effect(prim: Any, kw: dict[str, Any]) -> bool:
-    """Whether a call must run although nothing reads its result: an in-place update (a
-    primitive named ``..._``, an optimizer update) or a random draw (it moves a generator)."""
-    return (
-        prim.name.endswith("_")
-        or isinstance(prim, _Update)
-        or any(isinstance(v, Generator) for v in kw.values())
-    )
+    """Whether a call must run although nothing reads its result: an in-place update (an
+    in-place primitive, an optimizer update) or a random draw (it moves a generator)."""
+    return prim.inplace or any(isinstance(v, Generator) for v in kw.values())
 
 
 def _owner(a: Any) -> Any:
@@ -221,14 +209,21 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         return s
 
     # -- the capture --------------------------------------------------------------------------
-    def call(self, fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+    def call(self, fn: Callable[..., Any], step: Any, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
         """One array step of backward (a VJP, unbroadcast, cast, add), run and recorded with
-        its arrays wrapped in Tensors: the program finds their slots by array identity."""
+        its arrays wrapped in Tensors: the program finds their slots by array identity.
+        ``step`` is ``(primitive, input index)`` for a VJP, else the engine step's name."""
         out = fn(xp, *args, **kw)
-        op = _ARRAY_OPS.get((id(fn), name))
+        op = _ARRAY_OPS.get((id(fn), step))
         if op is None:  # an add of gradients is np.add: a program can give it an output buffer
-            form = np.add if name == "add" else (lambda *a, **k: fn(xp, *a, **k))
-            op = _ARRAY_OPS[(id(fn), name)] = _ArrayOp(form, name)
+            form = np.add if step == "add" else (lambda *a, **k: fn(xp, *a, **k))
+            if isinstance(step, tuple):
+                prim, i = step
+                name = prim.name if i is None else f"{prim.name} vjp{i}"
+                op = Op(form, name, prim, i)
+            else:
+                op = Op(form, step)
+            _ARRAY_OPS[(id(fn), step)] = op
         ins = tuple(x if x is None or isinstance(x, (int, float)) else _wrap(x) for x in args)
         self.append((op, ins, kw, _wrap(out)))
         return out
@@ -236,7 +231,7 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
     def append(self, item: Any) -> None:
         prim, ins, kw, out = item
         args = tuple(self._operand(x) for x in ins)
-        if prim.name.endswith("_") and args and args[0][0] == "s":
+        if prim.inplace and args and args[0][0] == "s":
             self._changed(args[0][1])
         self._instr(prim, args, kw, out)
 
@@ -353,9 +348,11 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         update instruction is replaced, in place and with its operands, by one that runs the
         optimizer's arithmetic as a loop for that parameter (``tapegrad._fuse``)."""
         _fuse.fuse(self, inputs)
+        if not _fuse.enabled():  # numba not selected: every update keeps its own code
+            return
         for i, (prim, args, kw, o) in enumerate(self.instrs):
             if isinstance(prim, _Update) and prim.fwd == prim.opt.update_one:
-                loop = _fuse.update(prim.opt)
+                loop = _fused_update.update(prim.opt)
                 if loop is not None:
                     self.instrs[i] = (_Update(prim.opt, loop, "update (fused)"), args, kw, o)
 
@@ -370,7 +367,7 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
         value (and every view of it) is dead is reused by a later kernel of the same shape,
         dtype and layout.
         """
-        outputs = set(_leaves(self.outputs))
+        outputs = set(leaves(self.outputs))
         live = set(outputs)
         for prim, args, kw, o in reversed(self.instrs):  # dead-code elimination
             if o in live or _effect(prim, kw):
@@ -467,26 +464,25 @@ class _Program(list):  # the capture sink: the engine calls append(...) for ever
             gone = dies_at.get(pos)
             if gone:  # dropping a name only drops a reference: a view keeps its base alive
                 body.append("    del " + ", ".join(f"v{m}" for m in gone))
-        outs = list(_leaves(self.outputs))
+        outs = list(leaves(self.outputs))
         ret = "    return (" + "".join(f"v{s}, " for s in outs) + ")"
         self.source = "\n".join([*head, *body, ret])
         exec(builtins.compile(self.source, "<tg.compile>", "exec"), ns)  # noqa: S102
         return ns["run"]
 
     def _small_first(self, order: list[int]) -> list[int]:
-        """The VJPs of one node (consecutive ``name vjpN`` instructions reading the same output
-        gradient) ordered by the size of what they make, smallest first: a layer's weight and
+        """The VJPs of one node (consecutive VJP instructions of one primitive reading the same
+        output gradient) ordered by the size of what they make, smallest first: a layer's weight and
         bias gradients are computed (and their updates can run) before its input gradient is
         allocated, and inputs the small ones were the last to read are freed by then. They
         read only the node's saved values, so the order changes no number."""
 
         def node(i: int) -> Any:
-            prim, args, _, o = self.instrs[i]
-            name = prim.name
-            at = name.find(" vjp")
-            if at < 0 or not args or args[0][0] != "s" or o not in self.meta:
+            op, args, _, o = self.instrs[i]
+            prim, vjp = rule(op)
+            if vjp is None or not args or args[0][0] != "s" or o not in self.meta:
                 return None
-            return (name[:at], args[0][1])
+            return (prim, args[0][1])
 
         def size(i: int) -> int:
             return math.prod(self.meta[self.instrs[i][3]][0])
@@ -546,18 +542,6 @@ def _tree(x: Any, leaf: Callable[[Tensor], Any]) -> Any:
         f"tg.compile: a step returns Tensors (alone or in tuples, lists and dicts) or None, got "
         f"{type(x).__name__}; return the tensor and call .item() on the result outside the step"
     )
-
-
-def _leaves(tree: Any) -> Any:
-    kind, v = tree
-    if kind == "t":
-        yield v
-    elif kind in ("tuple", "list"):
-        for x in v:
-            yield from _leaves(x)
-    elif kind == "dict":
-        for _, x in v:
-            yield from _leaves(x)
 
 
 def _rebuild(tree: Any, values: Any) -> Any:
@@ -685,20 +669,23 @@ class CompiledStep:
         me = threading.get_ident()
         updates = self._updates
 
-        def on_update(opt: Any, p: Tensor, g: Any, group: Any) -> None:
+        def on_update_call(opt: Any, p: Tensor, g: Any, group: Any) -> None:
             if threading.get_ident() == me:
                 prog.update(opt, updates, p, g, group)
 
         called: dict[int, Any] = {}
-        if _optimizer.UPDATE_HOOK[0] is not None or _module.CALLED[0] is not None:
+
+        def on_module(m: Any) -> None:
+            called[id(m)] = m
+
+        if _autodiff.is_capturing():
             raise RuntimeError("tg.compile: captures do not nest")
-        _optimizer.UPDATE_HOOK[0], _module.CALLED[0] = on_update, called
-        _autodiff.start_capture(prog)
-        try:
-            result = self.step_fn(*inputs)
-        finally:
-            _autodiff.stop_capture()
-            _optimizer.UPDATE_HOOK[0] = _module.CALLED[0] = None
+        with on_update(on_update_call), on_call(on_module):
+            _autodiff.start_capture(prog)
+            try:
+                result = self.step_fn(*inputs)
+            finally:
+                _autodiff.stop_capture()
         prog.finish(result)
         return result, prog, list(called.values())
 

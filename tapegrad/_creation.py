@@ -200,7 +200,7 @@ def linspace(
 
 def _linspace_taped(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any) -> Tensor:
     """numpy's formula ``start + i * (stop - start) / div`` (the last value ``stop``) on tensors."""
-    from . import ops  # noqa: PLC0415  (ops sit above creation)
+    from . import ops  # noqa: PLC0415  # cycle: ops sit above creation
 
     s = start if isinstance(start, Tensor) else Tensor(start)
     e = stop if isinstance(stop, Tensor) else Tensor(stop)

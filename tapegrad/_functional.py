@@ -63,7 +63,7 @@ def value_and_grad(
 
     @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        from .nn._module import Module  # noqa: PLC0415 - nn is above the tape
+        from .nn._module import Module  # noqa: PLC0415  # cycle: nn sits above
 
         positions = _positions(argnums, len(args), who)
         args_l = list(args)

@@ -1,15 +1,15 @@
 """Elementwise fusion for ``tg.compile``: chains of elementwise ops become one compiled loop.
 
 ``fuse(program, example_inputs)`` rewrites a captured program (``_compile._Program``) before it
-is turned into code. Ops whose arithmetic it knows (``ELEMENTWISE``: the arithmetic operators,
-ReLU, the VJPs of tanh, sigmoid, exp, ReLU and MSE, the bias add of ``nn.linear`` and the sums
-that undo a bias's broadcasting) and that run over one domain (an output shape and dtype) are
-grouped; each group becomes one numba loop that reads its inputs once and writes only the
-values used outside it. A GEMM, a transcendental function (numpy's ``exp``/``tanh`` are not
-numba's, bit for bit) or any op it does not know ends a chain. Grouping reads each value's
-shape, dtype and layout from the capture's ``meta`` (nothing runs), and no loop reaches across
-an optimizer update or an in-place op. ``update(optimizer)`` gives the per-parameter function
-that replaces an SGD or Adam update instruction with a compiled loop.
+is turned into code. Instructions whose primitive declares its rule as an expression
+(``defprim(..., expr=...)``: the arithmetic operators, ReLU, the VJPs of tanh, sigmoid, exp,
+sqrt, ReLU and MSE, the bias add of ``nn.linear`` and the sums that undo a bias's broadcasting)
+and that run over one domain (an output shape and dtype) are grouped; each group becomes one
+numba loop that reads its inputs once and writes only the values used outside it. A GEMM, a
+transcendental function (numpy's ``exp``/``tanh`` are not numba's, bit for bit) or any op with
+no expression ends a chain. Grouping reads each value's shape, dtype and layout from the
+capture's ``meta`` (nothing runs), and no loop reaches across an optimizer update or an
+in-place op (``_fused_update`` gives optimizer updates their compiled loops).
 
 Bit-for-bit equality with the unfused program is kept by writing every operation of the numpy
 code in the same order and dtype: constants are cast to the arrays' dtype as numpy casts a
@@ -17,31 +17,31 @@ Python number, numba runs without fastmath (LLVM fuses no multiply-add then) and
 error model (division by zero gives inf, as numpy), and a sum over leading axes adds the rows in
 numpy's order, starting from zero. ``tests/test_fuse.py`` checks equality bit for bit.
 
-Kernels are generated as source, compiled with ``numba.njit(cache=True)`` from a file named by
-the source's hash (so numba's disk cache serves the next process; a file whose text is not that
-source is rewritten, never run), and kept per process by source. Without numba, or with ``TAPEGRAD_KERNELS=numpy``, programs run unfused.
+Kernels are generated as source, compiled with ``numba.njit(cache=True)`` from a file in the
+kernel runtime's cache folder (``_kernels.runtime.cache_dir``: named after a digest of the kernel
+modules, so a change to ``_kernels/reduce.py``, which loops call, starts afresh) named by the
+source's digest (``runtime.text_digest``), so numba's disk cache serves the next process; a
+file whose text is not that source is rewritten, never run. Loops are kept per process by
+source. Without numba, or with ``TAPEGRAD_KERNELS=numpy``, programs run unfused.
 """
 
 from __future__ import annotations
 
 import builtins
-import hashlib
 import math
 import operator
-import os
-import sys
 import threading
-import types
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from . import _kernels
+from ._autodiff._expr import Expr, render
 from ._backend import np
-from ._kernels.registry import dispatch
-from ._kernels.table import flat_floats
+from ._program import Op, leaves, rule
+from ._source import load as _load
 
-__all__ = ["fuse", "update", "FusedKernel", "ELEMENTWISE"]
+__all__ = ["fuse", "FusedKernel"]
 
 
 def _c(v: Any) -> str:
@@ -49,92 +49,37 @@ def _c(v: Any) -> str:
     return f"T({float(v)!r})"
 
 
-def _linear_bias(a: list[str], kw: dict[str, Any]) -> str:
-    return f"({a[0]} + {a[1]})"
+def _rule(op: Any) -> tuple[Expr | None, bool]:
+    """The expression an instruction runs, as its primitive declares it (``defprim(...,
+    expr=...)``), and whether it is a forward; (None, False) when none is declared."""
+    prim, i = rule(op)
+    ew = None if prim is None else prim.expr
+    if ew is None:
+        return None, False
+    if i is None:
+        return ew.fwd, True
+    return (ew.vjps[i] if i < len(ew.vjps) else None), False
 
 
-# name -> (positions of the operands the expression reads, expression from their code).
-# Positions index the op's positional arguments: (inputs...) for a forward, (g, ans, inputs...)
-# for a VJP. Each expression is the numpy code's own operations, in its order.
-ELEMENTWISE: dict[str, tuple[tuple[int, ...], Callable[[list[str], dict[str, Any]], str]]] = {
-    "add": ((0, 1), lambda a, kw: f"({a[0]} + {a[1]})"),
-    "sub": ((0, 1), lambda a, kw: f"({a[0]} - {a[1]})"),
-    "mul": ((0, 1), lambda a, kw: f"({a[0]} * {a[1]})"),
-    "div": ((0, 1), lambda a, kw: f"({a[0]} / {a[1]})"),
-    "neg": ((0,), lambda a, kw: f"(-{a[0]})"),
-    "square": ((0,), lambda a, kw: f"({a[0]} * {a[0]})"),
-    "mul_scalar": ((0,), lambda a, kw: f"({a[0]} * {_c(kw['c'])})"),
-    "div_scalar": ((0,), lambda a, kw: f"({a[0]} / {_c(kw['c'])})"),
-    "relu": ((0,), lambda a, kw: f"({a[0]} if {a[0]} > T(0) or np.isnan({a[0]}) else T(0))"),
-    "add vjp0": ((0,), lambda a, kw: a[0]),
-    "add vjp1": ((0,), lambda a, kw: a[0]),
-    "sub vjp0": ((0,), lambda a, kw: a[0]),
-    "sub vjp1": ((0,), lambda a, kw: f"(-{a[0]})"),
-    "neg vjp0": ((0,), lambda a, kw: f"(-{a[0]})"),
-    "mul vjp0": ((0, 3), lambda a, kw: f"({a[0]} * {a[1]})"),
-    "mul vjp1": ((0, 2), lambda a, kw: f"({a[0]} * {a[1]})"),
-    "div vjp0": ((0, 3), lambda a, kw: f"({a[0]} / {a[1]})"),
-    "div vjp1": ((0, 1, 3), lambda a, kw: f"(((-{a[0]}) * {a[1]}) / {a[2]})"),
-    "mul_scalar vjp0": ((0,), lambda a, kw: f"({a[0]} * {_c(kw['c'])})"),
-    "div_scalar vjp0": ((0,), lambda a, kw: f"({a[0]} / {_c(kw['c'])})"),
-    "relu vjp0": ((0, 1), lambda a, kw: f"({a[0]} * (T(1) if {a[1]} > T(0) else T(0)))"),
-    "tanh vjp0": ((0, 1), lambda a, kw: f"({a[0]} * ({_c(1.0)} - {a[1]} * {a[1]}))"),
-    "sigmoid vjp0": ((0, 1), lambda a, kw: f"(({a[0]} * {a[1]}) * ({_c(1.0)} - {a[1]}))"),
-    "exp vjp0": ((0, 1), lambda a, kw: f"({a[0]} * {a[1]})"),
-    "sqrt vjp0": ((0, 1), lambda a, kw: f"(({a[0]} * {_c(0.5)}) / {a[1]})"),
-    "square vjp0": ((0, 2), lambda a, kw: f"(({a[0]} * {_c(2.0)}) * {a[1]})"),
-    "nn.mse_loss vjp0": (
-        (0, 2, 3),
-        lambda a, kw: f"(({a[0]} * {_c(2.0 * kw['scale'])}) * ({a[1]} - {a[2]}))",
-    ),
-    "nn.mse_loss vjp1": (
-        (0, 2, 3),
-        lambda a, kw: f"(({a[0]} * {_c(-2.0 * kw['scale'])}) * ({a[1]} - {a[2]}))",
-    ),
-    # nn.linear is split: the GEMM stays numpy's, the bias add (``y += b``) joins the chain
-    "nn.linear": ((0, 2), _linear_bias),
-}
-_MSE = ((0, 1), lambda a, kw: f"({a[0]} - {a[1]})")  # nn.mse_loss: d = x - t, then d * d summed
-# sums over all leading axes (the bias gradient): an extra output of the chain that makes g
-_REDUCTIONS = ("nn.linear vjp2", "unbroadcast")
+def _sums_rows(op: Any, e: Expr | None) -> bool:
+    """A sum over all leading axes (a bias's gradient, or the engine's unbroadcast): an extra
+    output of the chain that makes the value summed."""
+    return (e is not None and e.op == "sum_rows") or (
+        isinstance(op, Op) and op.prim is None and op.name == "unbroadcast")
 
 
-def _matmul_t(x: Any, w: Any) -> Any:
-    """``nn.linear``'s GEMM without the bias (the bias add is fused into the next loop)."""
-    if x.ndim == 2:
-        return x @ w.T
-    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(x.shape[:-1] + (w.shape[0],))
+def _total(e: Expr | None) -> tuple[Expr, Expr] | None:
+    """``(d, scale)`` of an expression ``sumsq(d) * scale`` (the MSE loss), else None."""
+    if e is None or e.op != "*" or e.args[0].op != "sumsq" or not e.args[1].is_number():
+        return None
+    return e.args[0].args[0], e.args[1]
 
 
-class _Op:
-    """A pseudo-primitive of a rewritten program: a name and ``fwd``, as ``_Program`` wants."""
-
-    __slots__ = ("fwd", "name")
-
-    def __init__(self, fwd: Callable[..., Any], name: str) -> None:
-        self.fwd = fwd
-        self.name = name
+_GETITEM = Op(operator.getitem, "fused output")
+_CALLS: dict[Any, Op] = {}  # a split primitive's call (nn.linear's GEMM) as an instruction
 
 
-def _gemm_nt(x: Any, w: Any) -> Any:
-    return x @ w.T
-
-
-def _gemm_tn(g: Any, x: Any) -> Any:
-    return g.T @ x
-
-
-_MATMUL_T = _Op(_matmul_t, "nn.linear gemm")
-_GEMM_NT = _Op(_gemm_nt, "nn.linear gemm")
-# nn.linear's 2-D GEMMs called straight, without the VJP's wrappers (about 0.7 us a call)
-_LEAN = {
-    "nn.linear vjp0": (_Op(operator.matmul, "nn.linear vjp0 (g @ w)"), (0, 3)),
-    "nn.linear vjp1": (_Op(_gemm_tn, "nn.linear vjp1 (g.T @ x)"), (0, 2)),
-}
-_GETITEM = _Op(operator.getitem, "fused output")
-
-
-class FusedKernel(_Op):
+class FusedKernel(Op):
     """One fused loop: ``fwd(*operands)`` returns its output array, or a tuple of them."""
 
     __slots__ = ("donors", "members", "source")
@@ -256,8 +201,8 @@ def _describe(prog: Any, i: int, values: dict[int, Any]) -> tuple[str, Any] | No
     out = values.get(o)
     if not isinstance(out, _Like) or out.dtype not in (np.float32, np.float64):
         return None
-    name = prim.name
-    if name in _REDUCTIONS:
+    e, forward = _rule(prim)
+    if _sums_rows(prim, e):
         g = values.get(args[0][1]) if args[0][0] == "s" else None  # the gradient summed
         if (
             isinstance(g, _Like) and g.ndim >= 2 and g.c_contiguous
@@ -266,37 +211,37 @@ def _describe(prog: Any, i: int, values: dict[int, Any]) -> tuple[str, Any] | No
         ):  # fmt: skip
             return ("sum", (args[0][1], g.shape, g.dtype))
         return None
-    if name == "nn.mse_loss":  # sum((x - t) ** 2) * scale: the squares summed in numpy's order
-        x = values.get(args[0][1]) if args[0][0] == "s" else None
-        scale = kw.get("scale")
+    if e is None:
+        return None
+    if any(_classify(kw.get(n), out.shape, out.dtype) != _CONST for n in e.params()):
+        return None  # a param the loop reads as a constant: a Python number
+    reads = e.reads(forward)
+    total = _total(e)
+    if total is not None:  # sum(d * d) * scale: the squares summed in numpy's order
+        x = values.get(args[reads[0]][1]) if reads and args[reads[0]][0] == "s" else None
         if (
             out.ndim == 0 and isinstance(x, _Like) and x.dtype == out.dtype
-            and _classify(x, x.shape, x.dtype) == _FULL and isinstance(scale, float)
-            and args[1][0] == "s" and _classify(values.get(args[1][1]), x.shape, x.dtype)
+            and _classify(x, x.shape, x.dtype) == _FULL
+            and all(args[p][0] == "s" and _classify(values.get(args[p][1]), x.shape, x.dtype)
+                    for p in reads)
         ):  # fmt: skip
-            return ("total", (x.shape, x.dtype, (0, 1)))
+            return ("total", (x.shape, x.dtype, reads))
         return None
-    entry = ELEMENTWISE.get(name)
-    if entry is None or not out.c_contiguous:
+    if not out.c_contiguous or any(n.op in ("sumsq", "sum_rows") for n in e.nodes()):
         return None
-    if name == "nn.linear":  # only with a bias, GEMM output (N..., out) + b (out,)
-        if len(args) < 3 or args[2][0] != "s" or out.ndim < 2:
-            return None
-        b = values.get(args[2][1])
-        if _classify(b, out.shape, out.dtype) != _ROW:
-            return None
-        return ("map", (out.shape, out.dtype, entry[0]))
-    if name in ("mul_scalar", "div_scalar", "mul_scalar vjp0", "div_scalar vjp0") and (
-        _classify(kw.get("c"), out.shape, out.dtype) != _CONST
-    ):
-        return None
-    for p in entry[0]:
+    if e.split() is not None:  # a call's output (N..., out) plus rows (out,): a bias
+        ok = out.ndim >= 2 and all(
+            p < len(args) and args[p][0] == "s"
+            and _classify(values.get(args[p][1]), out.shape, out.dtype) == _ROW for p in reads
+        )  # fmt: skip
+        return ("map", (out.shape, out.dtype, reads)) if ok else None
+    for p in reads:
         if p >= len(args):
             return None
         k, v = args[p]
         if _classify(values.get(v) if k == "s" else v, out.shape, out.dtype) is None:
             return None
-    return ("map", (out.shape, out.dtype, entry[0]))
+    return ("map", (out.shape, out.dtype, reads))
 
 
 def _groups(prog: Any, values: dict[int, Any]) -> list[_Group]:
@@ -336,7 +281,7 @@ def _groups(prog: Any, values: dict[int, Any]) -> list[_Group]:
                 and all(ready(t, g) and t not in g.totals for t in slots)
             )  # fmt: skip
 
-        if prim.name != "nn.linear":  # its GEMM runs first: it only starts a group
+        if _rule(prim)[0].split() is None:  # type: ignore[union-attr] # a call runs first: it only starts a group
             for s in slots:
                 g = group_of.get(s)
                 if fits(g) and (best is None or g.pos > best.pos):  # type: ignore[union-attr]
@@ -362,23 +307,26 @@ def _groups(prog: Any, values: dict[int, Any]) -> list[_Group]:
     return [
         g
         for g in groups
-        if any(prog.instrs[m][0].name not in _IDENTITY for m in g.members)
+        if any(not _identity(prog.instrs[m][0]) for m in g.members)
         and (g.size() >= 2 or _alone(prog, g))
     ]
 
 
 def _alone(prog: Any, g: _Group) -> bool:
     prim, _, _, o = prog.instrs[g.members[0]]
-    return prim.name != "nn.linear" and not prog.meta.get(o, (0, 0, 0, True))[3]
+    return _rule(prim)[0].split() is None and not prog.meta.get(o, (0, 0, 0, True))[3]  # type: ignore[union-attr]
 
 
-_IDENTITY = ("add vjp0", "add vjp1", "sub vjp0")
+def _identity(op: Any) -> bool:
+    """A VJP that passes its gradient on unchanged (``add``'s, ``sub``'s first)."""
+    e = _rule(op)[0]
+    return e is not None and e.op == "g"
 
 
 def _changes(prim: Any) -> bool:
     """Whether an instruction writes memory that others read: an optimizer update (its first
-    operand is the parameter itself) or an in-place primitive (a name ending in ``_``)."""
-    return prim.name.endswith("_") or hasattr(prim, "opt")
+    operand is the parameter itself) or an in-place primitive."""
+    return bool(prim.inplace)
 
 
 # -- code generation ----------------------------------------------------------------------------
@@ -393,29 +341,31 @@ def _kernel(
     total = None  # (slot, scale) of the MSE loss the loop also computes
     for m in g.members:
         prim, args, kw, o = prog.instrs[m]
-        reads, fn = _MSE if prim.name == "nn.mse_loss" else ELEMENTWISE[prim.name]
-        code = []
-        for p in reads:
-            k, v = args[p]
-            if k == "v":
-                code.append(_c(v))
+        e, forward = _rule(prim)
+        assert e is not None
+        code: dict[int, str] = {}
+        for p in (*((-1,) if e.split() is not None else ()), *e.reads(forward)):
+            if p >= 0 and args[p][0] == "v":
+                code[p] = _c(args[p][1])
                 continue
+            v = args[p][1] if p >= 0 else None
             if v in expr:
-                code.append(expr[v])
+                code[p] = expr[v]
                 continue
-            key: Any = ("gemm", m) if prim.name == "nn.linear" and p == 0 else v
+            key: Any = ("gemm", m) if p < 0 else v  # a call's result: made before the loop
             if key not in ins:
                 ins[key] = f"a{len(ins)}"
-                kinds[ins[key]] = _FULL if key != v else _classify(values[v], g.shape, g.dtype)  # type: ignore[assignment]
+                kinds[ins[key]] = _FULL if v is None else _classify(values[v], g.shape, g.dtype)  # type: ignore[assignment]
             var = ins[key]
             kind = kinds[var]
-            code.append(f"{var}f[k]" if kind == _FULL else f"{var}f[j]" if kind == _ROW else var)
-        if prim.name == "nn.mse_loss":
-            total = (o, kw["scale"])
-            body += [f"d = {fn(code, kw)}", "sqf[k] = d * d"]
+            code[p] = f"{var}f[k]" if kind == _FULL else f"{var}f[j]" if kind == _ROW else var
+        tot = _total(e)
+        if tot is not None:
+            total = (o, render(tot[1], code.__getitem__, _c, kw, forward))
+            body += [f"d = {render(tot[0], code.__getitem__, _c, kw, forward)}", "sqf[k] = d * d"]
             continue
         expr[o] = f"t{len(expr)}"  # named by place, so equal chains give equal sources
-        body.append(f"{expr[o]} = {fn(code, kw)}")
+        body.append(f"{expr[o]} = {render(e, code.__getitem__, _c, kw, forward)}")
     outs = [
         prog.instrs[m][3]
         for m in g.members
@@ -446,11 +396,11 @@ def _kernel(
         lines += ["    for k in range(U(rows) * U(cols)):", *(f"        {line}" for line in loop)]
     head = ["import numpy as np"]
     if total:  # numpy's d.sum() (from zero, pairwise), times the scale in the dtype
-        # numba's disk cache does not see a called function change: name its version
-        head.append(f"from tapegrad._kernels.reduce import pairwise_sum  # {_reduce_version()}")
+        # the cache folder's digest covers reduce.py: numba never runs a stale pairwise_sum
+        head.append("from tapegrad._kernels.reduce import pairwise_sum")
         lines += [
             "    zero = T(0)",
-            f"    return (zero + pairwise_sum(sqf, 0, rows * cols, zero)) * {_c(total[1])}",
+            f"    return (zero + pairwise_sum(sqf, 0, rows * cols, zero)) * {total[1]}",
         ]
     dt = "float32" if g.dtype == np.float32 else "float64"
     src = "\n".join([*head, f"T = np.{dt}", "U = np.uint64", "", "", *lines, ""])
@@ -493,20 +443,7 @@ def _kernel(
     return op, args, [*outs, *(s for s, _ in sums), *([total[0]] if total else [])]
 
 
-# no fastmath: LLVM then neither reorders nor contracts a * b + c into an FMA; numpy's error
-# model: x / 0 gives inf or nan as numpy does (numba's default would raise)
-JIT_OPTIONS = {"nogil": True, "error_model": "numpy", "fastmath": False}
 _CACHE: dict[str, Any] = {}
-_VERSIONS: dict[str, str] = {}
-
-
-def _reduce_version() -> str:
-    """A hash of ``_kernels/reduce.py``, which fused loops with a total call into."""
-    if "reduce" not in _VERSIONS:
-        path = os.path.join(os.path.dirname(_kernels.__file__), "reduce.py")
-        with open(path, "rb") as f:
-            _VERSIONS["reduce"] = hashlib.sha1(f.read()).hexdigest()[:12]
-    return _VERSIONS["reduce"]
 
 
 _lock = threading.Lock()
@@ -524,70 +461,6 @@ def _compile(src: str) -> Any:
             kern = _CACHE[src] = _load(src)
     return kern
 
-
-def _source_dir() -> str | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    where = os.path.join(base, "tapegrad", "fused")
-    try:
-        os.makedirs(where, exist_ok=True)
-    except OSError:
-        return None
-    return where if os.access(where, os.W_OK) else None
-
-
-def _load(src: str) -> Any:
-    nb = _kernels.numba()
-    assert nb is not None
-    name = "tg_fused_" + hashlib.sha1(src.encode()).hexdigest()[:20]
-    where = _source_dir()
-    if where is None:  # nowhere to keep a file: compile from the string, no disk cache
-        return _load_from_string(nb, name, src)
-    path = os.path.join(where, name + ".py")
-    if _read(path) != src:  # absent, or not the source it is named for (torn, edited, planted)
-        try:
-            _write(path, src)
-        except OSError:
-            return _load_from_string(nb, name, src)
-    # the text run is the source itself, never the file read again; the file is what numba's
-    # disk cache stamps (its size and time) and names its machine code by
-    mod = types.ModuleType(name)
-    mod.__file__ = path
-    sys.modules[name] = mod  # numba's disk cache finds the module's globals by name
-    exec(builtins.compile(src, path, "exec"), mod.__dict__)  # noqa: S102
-    return nb.njit(cache=True, **JIT_OPTIONS)(mod.kernel)
-
-
-def _load_from_string(nb: Any, name: str, src: str) -> Any:
-    ns: dict[str, Any] = {}
-    exec(builtins.compile(src, f"<{name}>", "exec"), ns)  # noqa: S102
-    return nb.njit(**JIT_OPTIONS)(ns["kernel"])
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _write(path: str, src: str) -> None:
-    """Write ``src`` to ``path`` atomically: a reader sees the old file or the new one."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _is_2d(v: Any) -> bool:
-    return isinstance(v, _Like) and v.ndim == 2
 
 
 # -- the rewrite --------------------------------------------------------------------------------
@@ -620,14 +493,12 @@ def fuse(prog: Any, example_inputs: list[Any]) -> int:
 
 
 def _fuse(prog: Any, example_inputs: list[Any]) -> int:
-    from ._compile import _leaves  # noqa: PLC0415 - _compile calls this module
-
     values = _values(prog, example_inputs)
     groups = _groups(prog, values)
     if not groups:
         return 0
     # the step's outputs stay materialised; gradients are read by updates, so kept below
-    keep: set[int] = set(_leaves(prog.outputs))
+    keep: set[int] = set(leaves(prog.outputs))
     grouped: dict[int, _Group] = {}
     for group in groups:
         for m in (*group.members, *group.reductions):
@@ -652,11 +523,7 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
     for i, ins in enumerate(prog.instrs):
         g = grouped.get(i)
         if g is None:
-            lean = _LEAN.get(ins[0].name)
-            if lean is not None and ins[1][0][0] == "s" and _is_2d(values.get(ins[1][0][1])):
-                instrs.append((lean[0], tuple(ins[1][p] for p in lean[1]), {}, ins[3]))
-            else:
-                instrs.append(ins)
+            instrs.append(ins)
             where.append(prog.where[i])
             continue
         if g.members[0] != i:
@@ -664,10 +531,14 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
         kern, args, outs = _kernel(prog, g, values, keep)
         made += outs
         first = prog.instrs[g.members[0]]
-        if first[0].name == "nn.linear":  # its GEMM, then the loop that adds the bias
+        split = _rule(first[0])[0].split()  # type: ignore[union-attr]
+        if split is not None:  # its call (a GEMM), then the loop that adds the rest
             y = new_slot()
-            gemm = _GEMM_NT if _is_2d(values.get(first[1][0][1])) else _MATMUL_T
-            instrs.append((gemm, (first[1][0], first[1][1]), {}, y))
+            fn = split.args[0]
+            op = _CALLS.get(fn)
+            if op is None:
+                op = _CALLS[fn] = Op(fn, f"{first[0].name} without the loop's terms")
+            instrs.append((op, tuple(first[1][p] for p in split.args[1:]), {}, y))
             where.append(prog.where[i])
             args = [("s", y) if a == ("gemm", g.members[0]) else a for a in args]
         if len(outs) == 1:
@@ -686,156 +557,3 @@ def _fuse(prog: Any, example_inputs: list[Any]) -> int:
     prog.instrs = instrs
     prog.where = where
     return len(groups)
-
-
-# -- optimizer updates --------------------------------------------------------------------------
-# SGD's per-parameter arithmetic, written as its numpy code does it (same order, scalars cast to
-# the parameter's dtype as numpy casts a Python number), one loop per parameter; Adam's is the
-# eager optimizer's own update, which dispatches to its compiled loop (_kernels/optim.py).
-_SGD_LOOP = """import numpy as np
-T = np.{dtype}
-U = np.uint64
-
-
-def kernel(p, g, buf, lr, wd, mom, damp, flags):
-    pf = p.reshape(-1)
-    gf = g.reshape(-1)
-    bf = buf.reshape(-1)
-    # flags: a bit mask (an int dispatches in a fraction of a tuple of bools' time)
-    coupled = (flags & 1) != 0
-    decoupled = (flags & 2) != 0
-    momentum = (flags & 4) != 0
-    first = (flags & 8) != 0
-    nesterov = (flags & 16) != 0
-    shrink = T(1.0 - lr * wd)
-    for k in range(U(pf.size)):
-        if decoupled:
-            pf[k] = pf[k] * shrink
-        d = gf[k]
-        if coupled:
-            d = pf[k] * T(wd) + d
-        if momentum:
-            if first:
-                b = d
-            else:
-                b = bf[k] * T(mom)
-                b = b + (d * T(1.0 - damp) if damp != 0.0 else d)
-            bf[k] = b
-            if nesterov:
-                s = (b * T(mom) + d) * T(lr)
-            else:
-                s = b * T(lr)
-        else:
-            s = d * T(lr)
-        pf[k] = pf[k] - s
-"""
-
-
-_KINDS: dict[Any, bool] = {}  # SGD -> True, Adam and AdamW -> False (filled on first use)
-
-
-def _loops_made() -> bool:
-    """Compile SGD's and Adam's loops once; False (with a warning) when numba cannot."""
-    if _KINDS:
-        return None not in _KINDS
-    from .optim import SGD, Adam, AdamW  # noqa: PLC0415 - optim sits above this module
-
-    kinds = {SGD: True, Adam: False, AdamW: False}
-    try:
-        for k, is_sgd in kinds.items():
-            _LOOPS[k] = {np.dtype(d): _compile(_SGD_LOOP.format(dtype=d)) if is_sgd
-                         else _ADAM for d in ("float32", "float64")}
-    except Exception as e:  # noqa: BLE001 - the optimizer's own update still works
-        _KINDS[None] = False  # no loops: every optimizer keeps update_one
-        warnings.warn(
-            f"tg.compile: the fused optimizer loops failed to compile ({type(e).__name__}: "
-            f"{e}); optimizers update with their own code",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        return False
-    _KINDS.update(kinds)
-    return True
-
-
-def update(opt: Any) -> Callable[[Any, Any, dict[str, Any]], None] | None:
-    """``fwd(p, g, group)``, ``opt.update_one`` for one parameter with SGD's or Adam's
-    arithmetic in a compiled loop; None when ``opt`` is not exactly ``SGD``, ``Adam`` or
-    ``AdamW`` or numba is not selected. Each call makes a new function, for one parameter of a
-    program: it reads ``group`` (the learning rate a scheduler sets) every time it runs. A
-    parameter a loop cannot take (another dtype, a view, AMSGrad, an SGD parameter large enough
-    for its threaded path) gets ``update_one``.
-
-    Which loop the parameter takes is decided the first time its arrays are seen (a program
-    makes gradients of the same layout every step) and again whenever one is replaced.
-    """
-    if not enabled() or not _loops_made():
-        return None
-    kind = type(opt)
-    sgd = _KINDS.get(kind)
-    if sgd is None:
-        return None
-    loops = _LOOPS[kind]
-    seen: list[Any] = [None, None]  # the arrays last checked, the loop they take (or None)
-
-    def fwd(p: Any, g: Any, group: dict[str, Any]) -> None:
-        a = p._data
-        state = opt.state  # read each time: loading a state dict may replace it
-        st = state.get(p)
-        if st is None:
-            st = state[p] = opt.init_single(a, group)
-        if sgd:
-            buf = st.get("momentum_buffer")
-            arrays: tuple[Any, ...] = (a, buf)
-        else:
-            arrays = (a, st["exp_avg"], st["exp_avg_sq"])
-        old = seen[0]
-        if old is None or arrays[0] is not old[0] or arrays[1] is not old[1] or (
-            not sgd and arrays[2] is not old[2]
-        ):  # first step, or an array was replaced: check the layouts once
-            seen[0], seen[1] = arrays, loops.get(a.dtype) if _choose(g, arrays, sgd) else None
-        loop = seen[1]
-        if loop is None or (not sgd and group["amsgrad"]):
-            opt.update_one(p, g, group)
-            return
-        if sgd:
-            lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
-            flags = 0
-            if wd:
-                flags = 2 if group.get("decoupled_weight_decay", False) else 1
-            if mom:
-                flags |= 20 if group["nesterov"] else 4  # momentum (4), Nesterov (16)
-                if buf is None:  # the first step seeds the buffer with the gradient (8)
-                    flags |= 8
-            new = np.empty_like(a) if flags & 8 else None
-            bf = new if new is not None else (a if buf is None else buf)
-            loop(a, g, bf, lr, wd, mom, group["dampening"], flags)
-            if new is not None:  # kept once the loop has run (it may not start: NotReady)
-                st["momentum_buffer"] = new
-                seen[0] = (a, new)
-        else:
-            st["step"] += 1
-            dispatch("adam", opt.numpy_step, a, g, st, group)
-        p._version += 1
-
-    return fwd
-
-
-def _choose(g: Any, arrays: tuple[Any, ...], sgd: bool) -> bool:
-    """Whether a loop can update the parameter ``arrays[0]`` from ``g`` and its state: numpy
-    float arrays of one shape and dtype, all C-contiguous (``_kernels.table.flat_floats``);
-    Adam's update always dispatches (its own layout check is the kernel's fits)."""
-    from .optim._sgd import CHUNK  # noqa: PLC0415
-
-    a = arrays[0]
-    if not sgd:
-        return True
-    if a.size > 16 * CHUNK:  # huge: SGD's threaded pieces
-        return False
-    return flat_floats(a, g, *(x for x in arrays[1:] if x is not None))
-
-
-_ADAM = "adam"  # Adam's and AdamW's "loop": their update, dispatched (see ``update``)
-
-
-_LOOPS: dict[Any, dict[Any, Any]] = {}

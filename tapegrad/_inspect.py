@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._autodiff import Tape
+
 if TYPE_CHECKING:
     from ._autodiff import Tape
     from ._tensor import Tensor
@@ -279,9 +281,8 @@ def _bind() -> None:
     """Tape's inspection methods (``tape.summary()``, ...) are these functions: they read the
     record only through the engine's hooks ``Tape.nodes``, ``Tape.leaves``, ``Node`` and
     ``Tape.bytes_held``."""
-    from ._autodiff import Tape  # noqa: PLC0415
-
     for f in (summary, to_dot, render, explain):
+        assert f.__name__ not in Tape.__dict__, f"Tape.{f.__name__} is declared twice"
         setattr(Tape, f.__name__, f)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import _backend as B
 from ._backend import np
+from ._creation import default_generator
 from ._tensor import Tensor, _wrap
 
 __all__ = ["load", "load_checkpoint", "save", "save_checkpoint"]
@@ -460,8 +461,6 @@ def _check_tensor_crcs(crcs: dict[str, Any], arrays: dict[str, Any]) -> None:
 
 def rng_state() -> dict[str, Any]:
     """The state of every random stream a training run draws from (tapegrad, numpy, Python)."""
-    from ._creation import default_generator  # noqa: PLC0415
-
     return {
         "tapegrad": default_generator().get_state(),
         "numpy": np.random.get_state(),
@@ -471,8 +470,6 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what ``rng_state()`` returned (after a save/load round trip too)."""
-    from ._creation import default_generator  # noqa: PLC0415
-
     if "tapegrad" in state:
         default_generator().set_state(state["tapegrad"])
     if "numpy" in state:

@@ -8,6 +8,7 @@ from typing import Any
 
 from . import _autodiff as _tape
 from . import _backend as B
+from . import _numpy_api
 from ._backend import np
 from ._tensor import TAPE_LOOP, Tensor, _wrap
 from .ops import _elementwise as E
@@ -219,8 +220,9 @@ def _format(self: Tensor, spec: str) -> str:
     return format(str(self), spec)
 
 
-def _bind() -> None:
-    T = Tensor
+def _core() -> dict[str, Any]:
+    """The operators and the ops as methods (numpy's spellings)."""
+    out: dict[str, Any] = {}
     binary = {
         "add": E.add,
         "sub": E.subtract,
@@ -232,16 +234,16 @@ def _bind() -> None:
         "matmul": L.matmul,
     }
     for name, f in binary.items():
-        setattr(T, f"__{name}__", f)
-        setattr(T, f"__r{name}__", _reflect(f))
+        out[f"__{name}__"] = f
+        out[f"__r{name}__"] = _reflect(f)
     for name, sym, f in (
         ("and", "&", np.bitwise_and),
         ("or", "|", np.bitwise_or),
         ("xor", "^", np.bitwise_xor),
     ):
         op = _bitwise(f, sym)
-        setattr(T, f"__{name}__", op)
-        setattr(T, f"__r{name}__", _reflect(op))
+        out[f"__{name}__"] = op
+        out[f"__r{name}__"] = _reflect(op)
     dunders = {
         "__neg__": E.neg,
         "__pos__": lambda self: self,
@@ -255,12 +257,9 @@ def _bind() -> None:
         "__ge__": E.greater_equal,
         "__getitem__": S.getitem,
         "__setitem__": _setitem,
-        "__hash__": object.__hash__,  # identity, like PyTorch: tensors key dicts by object
         "__format__": _format,
     }
-    for name, f in dunders.items():
-        setattr(T, name, f)
-
+    out.update(dunders)
     for mod, names in (
         (
             E,
@@ -270,21 +269,20 @@ def _bind() -> None:
         ),
         (
             R,
-            "sum prod mean var std amax amin max min argmax argmin logsumexp cumsum cumprod "
-            "norm all any",
+            "sum prod mean amax amin max min logsumexp cumsum cumprod norm all any",
         ),
         (
             S,
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
-            "astype flip roll tril triu tile take take_along_axis split chunk",
+            "astype flip roll tril triu tile take take_along_axis chunk",
         ),
         (sys.modules["tapegrad.ops._numpy_extra"], "ravel"),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
     ):
         for name in names.split():
-            setattr(T, name, getattr(mod, name))
-    methods: dict[str, Any] = {
+            out[name] = getattr(mod, name)
+    out.update({
         "clamp": E.clip,
         "view": S.reshape,
         "unsqueeze": S.expand_dims,
@@ -306,27 +304,9 @@ def _bind() -> None:
         "to": _to,
         "copy": _clone,
         "clone": _clone,
-        "copy_": _copy_,
-        "fill_": lambda self, v: _inplace(self, lambda a: a.fill(v)),
-        "zero_": lambda self: _inplace(self, lambda a: a.fill(0)),
-    }
-    for name, f in methods.items():
-        setattr(T, name, f)
-
-
-def _inplace(self: Tensor, f: Any) -> Tensor:
-    f(self._data)
-    self._version += 1
-    return self
-
-
-def _copy_(self: Tensor, src: Any) -> Tensor:
-    a = src._data if isinstance(src, Tensor) else np.asarray(src)
-    if np.broadcast_shapes(np.shape(a), self.shape) != self.shape:
-        raise ValueError(f"copy_: cannot copy shape {np.shape(a)} into {self.shape}")
-    self._data[...] = a
-    self._version += 1
-    return self
+    })
+    # PyTorch's dim=/keepdim= spellings on the reductions and shape ops (ops/_torch_names.py)
+    return {n: TN.with_dim(f) if n in TN.DIM_OPS else f for n, f in out.items()}
 
 
 _CLONE = _tape.defprim("clone", lambda x: x.copy(), lambda xp, g, ans, x: g)
@@ -357,8 +337,6 @@ def _to_device_vjp(xp: Any, g: Any, ans: Any, x: Any, device: str) -> Any:
 
 
 _TO_DEVICE = _tape.defprim("to_device", B.to_device, _to_device_vjp)
-
-_bind()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,9 +477,9 @@ def _spread(f: Any) -> Any:
     return op
 
 
-def _bind_torch() -> None:
-    T = Tensor
-    methods: dict[str, Any] = {
+def _torch() -> dict[str, Any]:
+    """PyTorch's methods (in-place forms, ``new_*``, ``size()``, ``data``, ...)."""
+    return {
         "size": property(lambda self: _Size(self.shape)),
                 "new_tensor": _new,
         "new_zeros": _new_full_like(0),
@@ -523,8 +501,6 @@ def _bind_torch() -> None:
         "var": _spread(R.var),
         "std": _spread(R.std),
     }
-    for name, f in methods.items():
-        setattr(T, name, f)
 
 
 # --- PyTorch's spellings (dim= / keepdim=, comparisons by name, narrow, view_as, type) --------
@@ -539,13 +515,9 @@ def _type(self: Tensor, dtype: Any = None) -> Any:
     return S.astype(self, dtype)
 
 
-def _bind_torch_names() -> None:
-    T = Tensor
-    for name in TN.DIM_OPS:
-        f = getattr(T, name, None)
-        if f is not None and not isinstance(f, property):
-            setattr(T, name, TN.with_dim(f))
-    methods: dict[str, Any] = {
+def _torch_names() -> dict[str, Any]:
+    """PyTorch's names for comparisons and shape ops (``eq``, ``narrow``, ``view_as``, ...)."""
+    return {
         "eq": TN.eq,
         "ne": TN.ne,
         "lt": TN.lt,
@@ -568,9 +540,20 @@ def _bind_torch_names() -> None:
         "numel": lambda self: self._data.size,
         "dim": lambda self: self._data.ndim,
     }
-    for name, f in methods.items():
-        setattr(T, name, f)
 
 
-_bind_torch_names()  # first: the PyTorch spellings below take their own dim=
-_bind_torch()
+def table() -> dict[str, Any]:
+    """Every method and operator this module gives ``Tensor``, each name once: a name bound by
+    two parts, or one that the class body defines, is an error."""
+    out: dict[str, Any] = {}
+    for part in (_core(), _torch_names(), _torch(), _numpy_api.PROTOCOLS):
+        for name, f in part.items():
+            if name in out or name in _CLASS_BODY:
+                raise AssertionError(f"Tensor.{name} is declared twice")
+            out[name] = f
+    return out
+
+
+_CLASS_BODY = frozenset(vars(Tensor))  # what the class body declares (before binding)
+for _name, _f in table().items():
+    setattr(Tensor, _name, _f)

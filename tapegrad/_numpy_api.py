@@ -285,10 +285,6 @@ def _array(self: Tensor, dtype: Any = None, copy: Any = None) -> Any:
     return a.copy() if copy else a  # np.array(t) copies; np.asarray(t) shares
 
 
-def _bind() -> None:
-    Tensor.__array_function__ = _array_function  # type: ignore[attr-defined]
-    Tensor.__array_ufunc__ = _array_ufunc  # type: ignore[assignment]
-    Tensor.__array__ = _array  # type: ignore[method-assign]
-
-
-_bind()
+# Tensor's numpy protocols, bound with its other methods (_methods.table)
+PROTOCOLS = {"__array_function__": _array_function, "__array_ufunc__": _array_ufunc,
+             "__array__": _array}

@@ -80,10 +80,6 @@ class Tensor:
         return self._data.ndim
 
     @property
-    def size(self) -> int:
-        return self._data.size
-
-    @property
     def nbytes(self) -> int:
         return self._data.nbytes
 
@@ -98,11 +94,6 @@ class Tensor:
         a = B.to_device(self._data, "cpu")
         return a if a.__class__ is np.ndarray else np.asarray(a)
 
-    def numpy(self) -> Any:
-        """The values as a numpy array (guarded against writes a tape cannot see: bound in
-        ``_methods.py``)."""
-        return self._host()
-
     def item(self) -> Any:
         if self._data.size != 1:
             raise ValueError(
@@ -113,12 +104,6 @@ class Tensor:
 
     def tolist(self) -> Any:
         return self._host().tolist()
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        a = self.numpy()
-        if dtype is not None and a.dtype != dtype:
-            return a.astype(dtype)
-        return a.copy() if copy else a  # np.array(t) copies; np.asarray(t) shares
 
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         return self._data.__dlpack__(*args, **kwargs)
@@ -169,19 +154,20 @@ class Tensor:
             extra.append(f"on {len(live)} tape" + ("s" if len(live) > 1 else ""))
         return "tensor(" + body + "".join(", " + e for e in extra) + ")"
 
-    def __hash__(self) -> int:  # identity, like PyTorch: tensors key dicts by object
-        return id(self)
-
     def __iter__(self) -> Any:
         if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
-    __array_ufunc__ = None  # numpy ufuncs defer to Tensor's reflected operators
+    __hash__ = object.__hash__  # identity, like PyTorch: tensors key dicts by object
 
     if TYPE_CHECKING:  # bound in _methods.py once the ops exist; declared for type checkers
         T: Tensor
         mT: Tensor
+        size: Any  # an int, callable as PyTorch's size(dim)
+
+        def numpy(self) -> Any: ...
+        def __array__(self, dtype: Any = None, copy: Any = None) -> Any: ...
 
         def __add__(self, other: Any) -> Tensor: ...
         def __radd__(self, other: Any) -> Tensor: ...

@@ -113,13 +113,13 @@ def set_num_threads(n: int) -> None:
     >>> tg.set_num_threads(before)
     """
     n = _check(n)
-    from . import _kernels  # noqa: PLC0415
+    from . import _kernels  # noqa: PLC0415  # cycle: the kernels import this module
 
     if _kernels.numba() is None:
         set_blas_threads(n)
         _blas["n"] = n
         return
-    from ._kernels import threads  # noqa: PLC0415
+    from ._kernels import threads  # noqa: PLC0415  # lazy: it imports numba
 
     threads.set_threads(n)
 
@@ -131,12 +131,12 @@ def get_num_threads() -> int:
     >>> tg.get_num_threads() >= 1
     True
     """
-    from . import _kernels  # noqa: PLC0415
+    from . import _kernels  # noqa: PLC0415  # cycle: the kernels import this module
 
     if _kernels.numba() is None:
         if "n" not in _blas:
             _blas["n"] = blas_threads() or default_threads()
         return int(_blas["n"])
-    from ._kernels import threads  # noqa: PLC0415
+    from ._kernels import threads  # noqa: PLC0415  # lazy: it imports numba
 
     return threads.count()

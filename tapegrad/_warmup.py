@@ -19,7 +19,7 @@ __all__ = ["warmup", "WORKLOADS"]
 
 
 def _step(model: object, *inputs: object, loss: Callable[..., object] | None = None) -> None:
-    import tapegrad as tg  # noqa: PLC0415 - imported after TAPEGRAD_COMPILE is set
+    import tapegrad as tg  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     opt = tg.optim.AdamW(model.parameters(), lr=1e-3)  # type: ignore[attr-defined]
     for _ in range(2):
@@ -30,9 +30,9 @@ def _step(model: object, *inputs: object, loss: Callable[..., object] | None = N
 
 
 def _mlp() -> None:
-    import tapegrad as tg  # noqa: PLC0415
-    from tapegrad import nn  # noqa: PLC0415
-    from tapegrad.nn import functional as F  # noqa: PLC0415
+    import tapegrad as tg  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad import nn  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad.nn import functional as F  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 256),
                           nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 10))
@@ -44,9 +44,9 @@ def _mlp() -> None:
 
 
 def _cnn() -> None:
-    import tapegrad as tg  # noqa: PLC0415
-    from tapegrad import nn  # noqa: PLC0415
-    from tapegrad.nn import functional as F  # noqa: PLC0415
+    import tapegrad as tg  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad import nn  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad.nn import functional as F  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     for c in (1, 3):
         model = nn.Sequential(
@@ -60,8 +60,8 @@ def _cnn() -> None:
 
 
 def _gan() -> None:
-    import tapegrad as tg  # noqa: PLC0415
-    from tapegrad import nn  # noqa: PLC0415
+    import tapegrad as tg  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad import nn  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     g = nn.Sequential(
         nn.ConvTranspose2d(16, 64, 4, 1, 0, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
@@ -75,8 +75,8 @@ def _gan() -> None:
 
 
 def _transformer() -> None:
-    import tapegrad as tg  # noqa: PLC0415
-    from tapegrad import nn  # noqa: PLC0415
+    import tapegrad as tg  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
+    from tapegrad import nn  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     for tokens in (10, 64):
         model = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
@@ -97,7 +97,7 @@ def warmup(script: str | None = None, args: list[str] | None = None) -> None:
     """Compile the common kernels (or those ``script`` meets when run with ``args``) into the
     cache, waiting for each; prints progress on stderr."""
     os.environ["TAPEGRAD_COMPILE"] = "wait"
-    from . import _kernels  # noqa: PLC0415
+    from . import _kernels  # noqa: PLC0415  # lazy: after TAPEGRAD_COMPILE is set
 
     if _kernels.numba() is None:
         print("tapegrad warmup: numba kernels are off; nothing to compile", file=sys.stderr)

@@ -66,6 +66,14 @@ def _adam_case(dt):
     return opt.numpy_step, (p, _r(43, p.shape, dt), state, opt.param_groups[0])
 
 
+def _sgd_case(dt):
+    p = _r(44, (64, 64), dt)
+    opt = tg.optim.SGD([tg.Parameter(p.copy())], lr=0.01, momentum=0.9, dampening=0.1,
+                       weight_decay=0.1)
+    state = {"momentum_buffer": _r(45, p.shape, dt)}
+    return opt.numpy_step, (p, _r(46, p.shape, dt), state, opt.param_groups[0])
+
+
 def _heads(dt):
     qkv = _r(30, (2, 6, 3, 2, 8), dt)
     out = A._attn_qkv(qkv, None, 0.35, None)
@@ -170,6 +178,7 @@ CASES = {
     "conv_pack": (True, lambda dt: (CV._pack, (_r(39, (2, 4, 6, 6), dt), 2))),
     "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
     "adam": (True, _adam_case),
+    "sgd": (True, _sgd_case),
 }
 CASES.update(_recurrent_cases())
 

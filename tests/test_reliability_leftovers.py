@@ -3,7 +3,6 @@ gradients of std at a tie and of a p-norm at 0, and the fused-kernel source cach
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 import tapegrad as tg
-from tapegrad import _fuse, _io, _kernels
+from tapegrad import _io, _kernels, _source
 
 # -- checkpoint metadata that passes the checksum but is not what tg.save writes -----------------
 
@@ -146,8 +145,13 @@ _SRC = "def kernel(a):\n    return a * 2.0\n"
 
 
 def _cached_path(cache_home) -> str:
-    name = "tg_fused_" + hashlib.sha1(_SRC.encode()).hexdigest()[:20]
-    return os.path.join(cache_home, "tapegrad", "fused", name + ".py")
+    """Where the loader keeps ``_SRC``: the kernel runtime's folder under ``cache_home`` (the
+    caller sets ``TAPEGRAD_CACHE_DIR`` to it), named by the source's digest."""
+    from tapegrad._kernels import runtime  # noqa: PLC0415
+
+    where = runtime.cache_dir()
+    assert where.startswith(str(cache_home))
+    return os.path.join(where, "tg_fused_" + runtime.text_digest(_SRC) + ".py")
 
 
 @pytest.mark.skipif(_kernels.numba() is None, reason="fused kernels need numba")
@@ -155,9 +159,9 @@ def _cached_path(cache_home) -> str:
 def test_a_cached_kernel_file_that_is_not_its_source_is_rewritten_never_run(
     tmp_path, monkeypatch, planted
 ):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
     path = _cached_path(tmp_path)
-    os.makedirs(os.path.dirname(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     marker = tmp_path / "ran"
     text = {
         "tampered": f"open({str(marker)!r}, 'w').close()\ndef kernel(a):\n    return a + 1.0\n",
@@ -166,7 +170,7 @@ def test_a_cached_kernel_file_that_is_not_its_source_is_rewritten_never_run(
     }[planted]
     with open(path, "wb") as f:
         f.write(text.encode("utf-8", "surrogateescape"))
-    kern = _fuse._load(_SRC)
+    kern = _source.load(_SRC)
     assert not marker.exists()
     assert kern.py_func(3.0) == 6.0  # the source's function (not compiled: no numba build here)
     with open(path, encoding="utf-8") as f:
@@ -176,12 +180,12 @@ def test_a_cached_kernel_file_that_is_not_its_source_is_rewritten_never_run(
 
 @pytest.mark.skipif(_kernels.numba() is None, reason="fused kernels need numba")
 def test_a_cached_kernel_file_with_its_source_is_kept(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
     path = _cached_path(tmp_path)
-    os.makedirs(os.path.dirname(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(_SRC)
     os.utime(path, (1_000_000_000, 1_000_000_000))  # numba's cache stamps the file's time
-    kern = _fuse._load(_SRC)
+    kern = _source.load(_SRC)
     assert kern.py_func(3.0) == 6.0
     assert os.stat(path).st_mtime == 1_000_000_000

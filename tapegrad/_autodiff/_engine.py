@@ -1,8 +1,10 @@
 """The backward pass: one reverse walk over a tape's record, on arrays or on Tensors.
 
 Per node: the VJPs with ``xp``, then unbroadcast, cast and accumulate, once, for every
-primitive. Each of those calls goes through ``call``, which records it too while tg.compile
-captures (docs/design.md, "Backward on arrays" and "Tape replay").
+primitive. Each of those calls goes through ``call(fn, step, xp, args, kw)``, which records it
+too while tg.compile captures (docs/design.md, "Backward on arrays" and "Tape replay"): ``step``
+says what runs, ``(primitive, i)`` for the VJP of input ``i`` (``i`` None: a joint VJP), else
+the engine's own step by name (``"unbroadcast"``, ``"astype"``, ``"add"``, ``"item"``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def reverse_pass(
         if prim.joint is not None:
             w = {i for i, e in enumerate(rec[INPUTS]) if e is not None and input_tid(e) in needed}
             needs = tuple(i in w for i in range(len(rec[INPUTS])))
-            joint = call(prim.joint, prim.name, xp, (g, ans, *args), {**params, "needs": needs})
+            joint = call(prim.joint, (prim, None), xp, (g, ans, *args), {**params, "needs": needs})
         vjps = prim.vjps
         for i, e in enumerate(rec[INPUTS]):
             if e is None:
@@ -96,7 +98,7 @@ def reverse_pass(
                 if direct:
                     gi = vjp(xp, g, ans, *args, **params)
                 else:
-                    gi = call(vjp, f"{prim.name} vjp{i}", xp, (g, ans, *args), params)
+                    gi = call(vjp, (prim, i), xp, (g, ans, *args), params)
             if gi is None:
                 raise no_vjp_error(rec, i, info[itid], returned_none=True)
             if tensors and not isinstance(gi, Tensor):
@@ -166,5 +168,5 @@ def _add(xp: Any, a: Any, b: Any) -> Any:
     return a + b
 
 
-def _call(fn: Callable[..., Any], name: str, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
+def _call(fn: Callable[..., Any], step: Any, xp: Any, args: tuple[Any, ...], kw: Any) -> Any:
     return fn(xp, *args, **kw)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._expr import Elementwise, vjp_function
+
 OUT = -1  # in a primitive's ``save`` tuple: keep the output for the VJP
 
 
@@ -34,10 +36,14 @@ class Primitive:
     ``vjps[i](xp, g, ans, *args, **params)`` returns the gradient for input ``i`` given the
     output gradient ``g``; only what ``save`` lists reaches it (the rest is None), so a VJP
     cannot hold more memory than it declares. A ``None`` VJP says the input has no gradient;
-    backward raises if such an input is asked for one.
+    backward raises if such an input is asked for one. ``inplace``: the forward writes its
+    first input and returns it (a running statistic), so a replay keeps the call although
+    nothing reads its result. ``expr``: the rules as expressions (``_expr.Elementwise``), or
+    None.
     """
 
-    __slots__ = ("name", "fwd", "vjps", "joint", "save", "save_out", "save_args", "save_prefix")
+    __slots__ = ("name", "fwd", "vjps", "joint", "save", "save_out", "save_args", "save_prefix",
+                 "inplace", "expr")
 
     def __init__(
         self,
@@ -45,9 +51,15 @@ class Primitive:
         fwd: Callable[..., Any],
         vjp: VJP = None,
         save: tuple[int, ...] = (),
+        inplace: bool = False,
+        expr: Elementwise | None = None,
     ) -> None:
         self.name = name
         self.fwd = fwd
+        self.inplace = inplace
+        self.expr = expr
+        if vjp is None and expr is not None and expr.vjps:  # the VJPs rendered from it
+            vjp = tuple(None if e is None else vjp_function(e) for e in expr.vjps)
         self.joint = vjp.fn if isinstance(vjp, Joint) else None
         self.vjps = () if isinstance(vjp, Joint) else vjp if isinstance(vjp, tuple) else (vjp,)
         self.save = save
@@ -69,6 +81,9 @@ def defprim(
     fwd: Callable[..., Any],
     vjp: VJP = None,
     save: tuple[int, ...] = (),
+    *,
+    inplace: bool = False,
+    expr: Elementwise | None = None,
 ) -> Primitive:
     """Register a primitive. ``vjp`` is one function (one input), a tuple (one per input) or a
     ``Joint``; each is called ``vjp(xp, g, ans, *args, **params)``.
@@ -80,7 +95,11 @@ def defprim(
     functions (``xp.cos``, ``xp.where``, ``xp.sum``, ``xp.apply(prim, ...)``), so it runs on
     arrays and on Tensors alike. A None VJP declares an input non-differentiable: backward
     raises a TypeError naming the primitive if a gradient is ever needed there (rather than
-    silently giving none), and so does a VJP that returns None.
+    silently giving none), and so does a VJP that returns None. ``inplace=True`` declares a
+    forward that updates its first input in place (``tg.compile`` then never drops the call).
+    ``expr`` declares an elementwise primitive's forward and VJPs as expressions
+    (``_expr.Elementwise``): without ``vjp`` its VJPs are rendered from them, and
+    ``tg.compile`` fuses chains of such primitives into one loop.
 
     >>> import tapegrad as tg
     >>> cube = tg.defprim("doc_cube", lambda x: x**3, lambda xp, g, ans, x: g * 3 * x * x, save=(0,))
@@ -94,7 +113,7 @@ def defprim(
     """
     if name in PRIMITIVES:
         raise ValueError(f"defprim: a primitive named {name!r} is already registered")
-    p = Primitive(name, fwd, vjp, save)
+    p = Primitive(name, fwd, vjp, save, inplace, expr)
     PRIMITIVES[name] = p
     return p
 

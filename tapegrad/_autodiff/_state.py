@@ -104,8 +104,8 @@ def current_scope() -> str | None:
 def start_capture(records: Any) -> None:
     """Until ``stop_capture``, append every primitive call to ``records`` as (primitive,
     inputs, params, output), and run backward's array steps through
-    ``records.call(fn, name, xp, args, kw)``, which must return ``fn(xp, *args, **kw)`` (no
-    nesting)."""
+    ``records.call(fn, step, xp, args, kw)``, which must return ``fn(xp, *args, **kw)`` (no
+    nesting; ``step`` is ``(primitive, input index)`` for a VJP, see ``_engine``)."""
     if STATE.capture is not None:
         raise RuntimeError("tg.compile: captures do not nest")
     STATE.capture = records

@@ -1,5 +1,6 @@
-"""Optimizer updates (numba): Adam's and AdamW's per-parameter arithmetic in one pass.
+"""Optimizer updates (numba): SGD's, Adam's and AdamW's per-parameter arithmetic in one pass.
 
+Each loop serves the eager optimizer (through the kernel table) and ``tg.compile``'s replay.
 The eager update in ``optim/_adam.py`` is nine numpy passes over the parameter's arrays
 (``m *= beta1``, ``m += (1 - beta1) * g``, ...); this loop does the same operations in the same
 order on each element, with the scalars cast to the parameter's dtype as numpy casts a Python
@@ -82,3 +83,63 @@ def adam_step(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> N
     ``state["step"]`` (already counted), the moments in ``state``. One compiled call: it
     raises ``NotReady`` before writing anything."""
     adam(p, g, state["exp_avg"], state["exp_avg_sq"], group, state["step"])
+
+
+# SGD's flags: a bit mask (an int dispatches in a fraction of a tuple of bools' time)
+COUPLED, DECOUPLED, MOMENTUM, FIRST, NESTEROV = 1, 2, 4, 8, 16
+
+
+@jit(ieee=True)
+def _sgd(p, g, buf, lr, wd, mom, damp, flags):  # type: ignore[no-untyped-def]
+    pf = p.reshape(-1)
+    gf = g.reshape(-1)
+    bf = buf.reshape(-1)
+    t = pf.dtype.type
+    coupled = (flags & 1) != 0
+    decoupled = (flags & 2) != 0
+    momentum = (flags & 4) != 0
+    first = (flags & 8) != 0
+    nesterov = (flags & 16) != 0
+    shrink = t(1.0 - lr * wd)
+    wdt, momt, c, lrt = t(wd), t(mom), t(1.0 - damp), t(lr)
+    for k in range(U(pf.size)):
+        if decoupled:
+            pf[k] = pf[k] * shrink
+        d = gf[k]
+        if coupled:
+            d = pf[k] * wdt + d
+        if momentum:
+            if first:
+                b = d
+            else:
+                b = bf[k] * momt
+                b = b + (d * c if damp != 0.0 else d)
+            bf[k] = b
+            if nesterov:
+                s = (b * momt + d) * lrt
+            else:
+                s = b * lrt
+        else:
+            s = d * lrt
+        pf[k] = pf[k] - s
+
+
+def sgd_step(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    """SGD's step in place, with the arguments of its reference (``optim.SGD.numpy_step``):
+    ``p`` and the momentum buffer in ``state`` (made on the first step, kept once the loop has
+    run) updated from ``g``, numpy's operations in numpy's order. One compiled call: it raises
+    ``NotReady`` before writing anything."""
+    lr, wd, mom = float(group["lr"]), float(group["weight_decay"]), float(group["momentum"])
+    flags = 0
+    if wd:
+        flags = DECOUPLED if group.get("decoupled_weight_decay", False) else COUPLED
+    buf = state.get("momentum_buffer")
+    new = None
+    if mom:
+        flags |= MOMENTUM | (NESTEROV if group["nesterov"] else 0)
+        if buf is None:  # the first step seeds the buffer with the gradient
+            flags |= FIRST
+            buf = new = np.empty_like(p)
+    _sgd(p, g, p if buf is None else buf, lr, wd, mom, float(group["dampening"]), flags)
+    if new is not None:
+        state["momentum_buffer"] = new

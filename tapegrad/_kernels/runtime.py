@@ -417,3 +417,9 @@ def wait_compiled(timeout: float | None = None) -> bool:
 def compiling() -> int:
     """How many kernels the compiler process is still working on."""
     return _compiler.busy()
+
+
+def text_digest(text: str) -> str:
+    """A short digest of generated source (blake2b, as ``sources_digest``): the name of the
+    file it is written to in the cache folder, for generators outside the kernel modules."""
+    return hashlib.blake2b(text.encode(), digest_size=10).hexdigest()

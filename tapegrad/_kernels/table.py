@@ -282,3 +282,14 @@ register("instance_norm_grad", "planes",
          lambda xp, g, x, w, eps, needs: x.ndim >= 3 and x.size > 0 and floats(g, x, w)
          and g.shape == x.shape,
          "norm_instance:instance_norm_grad")
+
+
+# -- optimizers: SGD (optim.py) ---------------------------------------------------------------
+def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
+    # from 4096 elements, as Adam's loop: one pass where numpy makes up to four, bit for bit
+    # the same; the optimizer's threaded pieces take parameters over 1M elements first
+    return p.size >= 4096 and flat_floats(p, g, *(
+        [] if state.get("momentum_buffer") is None else [state["momentum_buffer"]]))
+
+
+register("sgd", "loop", _sgd, "optim:sgd_step")

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._amp import lower
 from .._autodiff import apply, defprim
+from .._autodiff._expr import Elementwise, G, X, call, sum_rows
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
@@ -30,7 +31,7 @@ def _add_bias(y: Any, b: Any) -> None:
     dispatch("add_bias", _add_bias_np, y, b)
 
 
-def _linear_fwd(x: Any, w: Any, b: Any) -> Any:
+def _linear_fwd(x: Any, w: Any, b: Any = None) -> Any:
     if x.ndim == 2:  # the common case, without the reshapes
         y = x @ w.T
         if b is not None:
@@ -62,7 +63,12 @@ def _linear_vjp_b(xp: Any, g: Any, ans: Any, x: Any, w: Any, b: Any) -> Any:
     return xp.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
-LINEAR = defprim("nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1))
+LINEAR = defprim(
+    "nn.linear", _linear_fwd, (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b), (0, 1),
+    # for tg.compile's loops: the GEMM (the forward without a bias), then the bias added in
+    # the loop that follows; the bias's gradient sums the rows
+    expr=Elementwise(call(_linear_fwd, 0, 1) + X(2), (None, None, sum_rows(G))),
+)
 
 
 @lower

@@ -27,6 +27,7 @@ from typing import Any
 
 from .._amp import upper
 from .._autodiff import PRIMITIVES, Primitive, apply, defprim, is_capturing
+from .._autodiff._expr import Elementwise, G, P, X, sumsq
 from .._backend import np, xp_of
 from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
@@ -671,13 +672,9 @@ def _mse_fwd(x: Any, t: Any, scale: float) -> Any:
 
 
 MSE = defprim(
-    "nn.mse_loss",
-    _mse_fwd,
-    (
-        lambda xp, g, ans, x, t, scale: (g * (2.0 * scale)) * (x - t),
-        lambda xp, g, ans, x, t, scale: (g * (-2.0 * scale)) * (x - t),
-    ),
-    (0, 1),
+    "nn.mse_loss", _mse_fwd, None, (0, 1),
+    expr=Elementwise(sumsq(X(0) - X(1)) * P("scale"), (
+        G * (2.0 * P("scale")) * (X(0) - X(1)), G * (-2.0 * P("scale")) * (X(0) - X(1)))),
 )
 
 

@@ -349,10 +349,10 @@ def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int) -> Any:
 
 
 # In-place updates of the running statistics, as non-differentiable primitives so that a
-# tg.compile capture sees them (a name ending in "_": the op changes its first input in place,
-# and a compiled program keeps it although nothing reads its result).
-_RUNNING_MEAN = defprim("nn.running_mean_", _running_mean_fwd, (None, None))
-_RUNNING_VAR = defprim("nn.running_var_", _running_var_fwd, (None, None))
+# tg.compile capture sees them (in place: the op changes its first input, and a compiled program
+# keeps it although nothing reads its result).
+_RUNNING_MEAN = defprim("nn.running_mean_", _running_mean_fwd, (None, None), inplace=True)
+_RUNNING_VAR = defprim("nn.running_var_", _running_var_fwd, (None, None), inplace=True)
 
 
 def _increment(c: Any) -> Any:
@@ -360,7 +360,7 @@ def _increment(c: Any) -> Any:
     return c
 
 
-_INCREMENT = defprim("nn.increment_", _increment, None)
+_INCREMENT = defprim("nn.increment_", _increment, None, inplace=True)
 
 
 def increment_(counter: Tensor) -> None:

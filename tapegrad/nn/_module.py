@@ -15,6 +15,7 @@ submodules (and lists/dicts of them) depth first.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -87,9 +88,9 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        called = CALLED[0]
-        if called is not None:  # tg.compile's capture: the modules a step calls
-            called[id(self)] = self
+        hook = _ON_CALL[0]
+        if hook is not None:  # tg.compile's capture: the modules a step calls
+            hook(self)
         scope = _autodiff.scope_list()  # this thread's module scope
         scope.append(self._path or type(self).__name__)
         try:
@@ -567,19 +568,34 @@ def _adopt(name: str, value: Any) -> None:
                 v.name = e.path
 
 
-# tg.compile's capture: a dict that collects the modules called, by id (None: not capturing)
-CALLED: list[Any] = [None]
+_ON_CALL: list[Any] = [None]  # the function ``on_call`` installed, or None
 _STRUCTURE = [0]  # moves whenever a module's fields or a container's items change
+
+
+@contextlib.contextmanager
+def on_call(fn: Callable[[Module], None]) -> Iterator[None]:
+    """Within the block, every module call first calls ``fn(module)`` (``tg.compile`` learns
+    which modules a step calls so). One at a time: a second ``on_call`` inside the first raises.
+
+    >>> import tapegrad as tg
+    >>> seen = []
+    >>> with on_call(seen.append):
+    ...     _ = tg.nn.ReLU()(tg.ones(2))
+    >>> [type(m).__name__ for m in seen]
+    ['ReLU']
+    """
+    if _ON_CALL[0] is not None:
+        raise RuntimeError("on_call: a hook is already installed (captures do not nest)")
+    _ON_CALL[0] = fn
+    try:
+        yield
+    finally:
+        _ON_CALL[0] = None
 
 
 def structure_changed() -> None:
     """Invalidate cached parameter lists (containers call it when their items change)."""
     _STRUCTURE[0] += 1
-
-
-def structure_version() -> int:
-    """A number that moves whenever any module's fields or container's items change."""
-    return _STRUCTURE[0]
 
 
 def _fresh_copy(t: Tensor) -> Tensor:

@@ -143,17 +143,3 @@ def check_axis(axis: int, ndim: int, op: str) -> int:
             f"(valid: {-n}..{n - 1})"
         )
     return axis % n
-
-
-def broadcast_error(op: str, *tensors: Any) -> Exception | None:
-    """A clear error when the operands' shapes do not broadcast, else None."""
-    shapes = [tuple(np.shape(t._data if isinstance(t, Tensor) else t)) for t in tensors]
-    try:
-        np.broadcast_shapes(*shapes)
-    except ValueError:
-        return ValueError(
-            f"{op}: cannot broadcast shapes {' and '.join(map(str, shapes))}: dimensions are "
-            "compared from the right and each pair must be equal or contain a 1. Add an axis "
-            "where one is meant to repeat (x[:, None] or tg.expand_dims) or reshape an operand"
-        )
-    return None

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._autodiff import OUT, PRIMITIVES, apply, defprim, nondiff
+from .._autodiff._expr import ANS, Elementwise, G, P, X, positive
+from .._autodiff._expr import relu as relu_expr
 from .._backend import np
 from .._dtypes import default_float
 from .._kernels.registry import dispatch
@@ -23,9 +25,10 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _unary(
-    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = ""
+    name: str, fwd: Any, vjp: Any, save: tuple[int, ...] = (0,), doc: str = "",
+    expr: Elementwise | None = None,
 ) -> Callable[[Any], Tensor]:
-    prim = defprim(name, fwd, vjp, save)
+    prim = defprim(name, fwd, vjp, save, expr=expr)
 
     def op(x: Any) -> Tensor:
         return apply(prim, as_tensor(x))
@@ -47,12 +50,13 @@ def _floatin(f: Any) -> Any:
 
 
 # --- unary -----------------------------------------------------------------------------------
-neg = _unary("neg", np.negative, lambda xp, g, ans, x: -g, ())
+neg = _unary("neg", np.negative, None, (), expr=Elementwise(-X(0), (-G,)))
 sign = _unary(
     "sign", np.sign, lambda xp, g, ans, x: xp.zeros_like(g), (), "-1, 0 or 1 by sign; zero gradient."
 )
 abs = _unary("abs", np.abs, lambda xp, g, ans, x: g * xp.sign(x), doc="Elementwise ``|x|``.")
-exp = _unary("exp", _floatin(np.exp), lambda xp, g, ans, x: g * ans, (OUT,))
+# numpy's exp, tanh, sqrt are not numba's bit for bit: no forward expression (loops skip them)
+exp = _unary("exp", _floatin(np.exp), None, (OUT,), expr=Elementwise(None, (G * ANS,)))
 expm1 = _unary(
     "expm1", _floatin(np.expm1), lambda xp, g, ans, x: g * (ans + 1.0), (OUT,),
     "``exp(x) - 1``, accurate for small ``x``.",
@@ -64,12 +68,13 @@ log1p = _unary(
 )  # fmt: skip
 log2 = _unary("log2", _floatin(np.log2), lambda xp, g, ans, x: g / (x * math.log(2.0)))
 log10 = _unary("log10", _floatin(np.log10), lambda xp, g, ans, x: g / (x * math.log(10.0)))
-sqrt = _unary("sqrt", _floatin(np.sqrt), lambda xp, g, ans, x: g * 0.5 / ans, (OUT,))
+sqrt = _unary("sqrt", _floatin(np.sqrt), None, (OUT,), expr=Elementwise(None, (G * 0.5 / ANS,)))
 rsqrt = _unary(
     "rsqrt", _floatin(lambda x: 1.0 / np.sqrt(x)), lambda xp, g, ans, x: g * -0.5 * ans**3, (OUT,),
     "``1 / sqrt(x)``.",
 )  # fmt: skip
-square = _unary("square", np.square, lambda xp, g, ans, x: g * 2.0 * x, doc="``x * x``.")
+square = _unary("square", np.square, None, doc="``x * x``.",
+                expr=Elementwise(X(0) * X(0), (G * 2.0 * X(0),)))
 reciprocal = _unary(
     "reciprocal", _floatin(np.reciprocal), lambda xp, g, ans, x: -g * ans * ans, (OUT,), "``1 / x``."
 )
@@ -78,7 +83,8 @@ reciprocal = _unary(
 sin = _unary("sin", _floatin(np.sin), lambda xp, g, ans, x: g * xp.cos(x))
 cos = _unary("cos", _floatin(np.cos), lambda xp, g, ans, x: -g * xp.sin(x))
 tan = _unary("tan", _floatin(np.tan), lambda xp, g, ans, x: g * (1.0 + ans * ans), (OUT,))
-tanh = _unary("tanh", _floatin(np.tanh), lambda xp, g, ans, x: g * (1.0 - ans * ans), (OUT,))
+tanh = _unary("tanh", _floatin(np.tanh), None, (OUT,),
+              expr=Elementwise(None, (G * (1.0 - ANS * ANS),)))
 
 
 def _sigmoid(x: Any) -> Any:
@@ -89,8 +95,9 @@ def _sigmoid(x: Any) -> Any:
 
 
 sigmoid = _unary(
-    "sigmoid", _floatin(_sigmoid), lambda xp, g, ans, x: g * ans * (1.0 - ans), (OUT,),
+    "sigmoid", _floatin(_sigmoid), None, (OUT,),
     "``1 / (1 + exp(-x))``, without overflow for large ``|x|``.",
+    Elementwise(None, (G * ANS * (1.0 - ANS),)),
 )  # fmt: skip
 
 
@@ -112,6 +119,8 @@ def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
 
 relu = _unary(
     "relu", _relu_fwd, _relu_vjp, (OUT,), "``max(x, 0)``; the gradient at 0 is 0 (as PyTorch).",
+    # the functions dispatch to kernels; a loop runs the expressions (the same numbers)
+    Elementwise(relu_expr(X(0)), (G * positive(ANS),)),
 )  # fmt: skip
 erf = _unary(
     "erf", _floatin(_special.erf), lambda xp, g, ans, x: g * _TWO_OVER_SQRT_PI * xp.exp(-(x * x)),
@@ -218,17 +227,11 @@ def _pow_vjp_y(xp: Any, g: Any, ans: Any, x: Any, y: Any) -> Any:
     return g * xp.where(x > 0, ans * xp.log(xp.where(x > 0, x, 1.0)), edge)
 
 
-_add = defprim("add", np.add, (lambda xp, g, ans, x, y: g, lambda xp, g, ans, x, y: g))
-_sub = defprim("sub", np.subtract, (lambda xp, g, ans, x, y: g, lambda xp, g, ans, x, y: -g))
-_mul = defprim(
-    "mul", np.multiply, (lambda xp, g, ans, x, y: g * y, lambda xp, g, ans, x, y: g * x), (0, 1)
-)
-_div = defprim(
-    "div",
-    np.true_divide,
-    (lambda xp, g, ans, x, y: g / y, lambda xp, g, ans, x, y: -g * ans / y),
-    (1, OUT),
-)
+_add = defprim("add", np.add, expr=Elementwise(X(0) + X(1), (G, G)))
+_sub = defprim("sub", np.subtract, expr=Elementwise(X(0) - X(1), (G, -G)))
+_mul = defprim("mul", np.multiply, None, (0, 1), expr=Elementwise(X(0) * X(1), (G * X(1), G * X(0))))
+_div = defprim("div", np.true_divide, None, (1, OUT),
+               expr=Elementwise(X(0) / X(1), (G / X(1), -G * ANS / X(1))))
 _pow = defprim("pow", _pow_fwd, (_pow_vjp_x, _pow_vjp_y), (0, 1, OUT))
 _maximum = defprim(
     "maximum",
@@ -322,10 +325,12 @@ subtract = _binary(_sub, "subtract", "``x - y`` with broadcasting.")
 # A tensor times a Python number: the number is a param, so nothing is saved for backward
 # (mul would keep the tensor alive for the number's gradient, which is never asked for).
 _mul_scalar = defprim(
-    "mul_scalar", lambda x, c: np.multiply(x, c), lambda xp, g, ans, x, c: g * c  # noqa: PLW0108
+    "mul_scalar", lambda x, c: np.multiply(x, c),  # noqa: PLW0108
+    expr=Elementwise(X(0) * P("c"), (G * P("c"),)),
 )
 _div_scalar = defprim(
-    "div_scalar", lambda x, c: np.true_divide(x, c), lambda xp, g, ans, x, c: g / c  # noqa: PLW0108
+    "div_scalar", lambda x, c: np.true_divide(x, c),  # noqa: PLW0108
+    expr=Elementwise(X(0) / P("c"), (G / P("c"),)),
 )
 
 

@@ -8,8 +8,9 @@ PyTorch's layout (state keyed by parameter index, ``param_groups`` with ``params
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from .. import _backend as B
@@ -26,8 +27,30 @@ _NO_GRAD_CAUSES = (
 )
 
 
-# tg.compile's capture: called as hook(optimizer, parameter, gradient array, group) by update_one
-UPDATE_HOOK: list[Any] = [None]
+_ON_UPDATE: list[Any] = [None]  # the function ``on_update`` installed, or None
+
+
+@contextlib.contextmanager
+def on_update(fn: Callable[[Optimizer, Tensor, Any, dict[str, Any]], None]) -> Iterator[None]:
+    """Within the block, every optimizer's ``update_one`` first calls
+    ``fn(optimizer, parameter, gradient array, group)`` (``tg.compile`` captures updates so).
+    One at a time: a second ``on_update`` inside the first raises.
+
+    >>> import tapegrad as tg
+    >>> w = tg.Parameter(tg.tensor([1.0]))
+    >>> opt, seen = tg.optim.SGD([w], lr=0.5), []
+    >>> with on_update(lambda o, p, g, group: seen.append(p is w)):
+    ...     opt.update_one(w, tg.tensor([1.0]).numpy(), opt.param_groups[0])
+    >>> seen, w.item()
+    ([True], 0.5)
+    """
+    if _ON_UPDATE[0] is not None:
+        raise RuntimeError("on_update: a hook is already installed (captures do not nest)")
+    _ON_UPDATE[0] = fn
+    try:
+        yield
+    finally:
+        _ON_UPDATE[0] = None
 
 
 def _is_number(v: Any) -> bool:
@@ -232,8 +255,9 @@ class Optimizer:
         >>> w.item()
         0.5
         """
-        if UPDATE_HOOK[0] is not None:  # tg.compile's capture records the update
-            UPDATE_HOOK[0](self, p, g, group)
+        hook = _ON_UPDATE[0]
+        if hook is not None:  # tg.compile's capture records the update
+            hook(self, p, g, group)
         st = self.state.get(p)
         if st is None:
             st = self.state[p] = self.init_single(p._data, group)

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._backend import np
+from .._kernels.registry import dispatch
 from ._optimizer import Optimizer
 
 if TYPE_CHECKING:  # the pool is made on first use: no thread machinery at import time
@@ -100,6 +101,11 @@ class SGD(Optimizer):
         ):
             self._update_in_pieces(p, g, buf, group)
             return
+        # one compiled pass on float parameters (_kernels/optim.py), the same arithmetic
+        dispatch("sgd", self.numpy_step, p, g, state, group)
+
+    def numpy_step(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """The update in numpy: the reference of the compiled loop."""
         self._update(p, g, state, group, self.tmp)
 
     def _update_in_pieces(self, p: Any, g: Any, buf: Any, group: dict[str, Any]) -> None:
