@@ -111,7 +111,7 @@ def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
 
 
 def _parallel(x2: Any) -> bool:
-    from . import threads  # noqa: PLC0415
+    from . import threads  # noqa: PLC0415 # lazy: the pool's module builds a numba intrinsic on import
 
     return x2.shape[0] > 1 and threads.worth(x2.size, PARALLEL_MIN)
 

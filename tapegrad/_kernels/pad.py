@@ -124,7 +124,7 @@ def _bwd_par(g, gx, top, left, mode):  # type: ignore[no-untyped-def]
 
 
 def _parallel(size: int) -> bool:
-    from . import threads  # noqa: PLC0415
+    from . import threads  # noqa: PLC0415 # lazy: the pool's module builds a numba intrinsic on import
 
     return threads.worth(size, PARALLEL_MIN)
 

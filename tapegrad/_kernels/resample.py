@@ -163,7 +163,7 @@ def _lin_bwd_par(g, gt, gx, wh, rs, iw, ww):  # type: ignore[no-untyped-def]
 
 
 def _parallel(size: int) -> bool:
-    from . import threads  # noqa: PLC0415
+    from . import threads  # noqa: PLC0415 # lazy: the pool's module builds a numba intrinsic on import
 
     return threads.worth(size, PARALLEL_MIN)
 
