@@ -568,3 +568,80 @@ def _bind_torch_names() -> None:
 
 _bind_torch_names()  # first: the PyTorch spellings below take their own dim=
 _bind_torch()
+
+
+# --- more PyTorch method spellings (PyTorch's meaning; numpy has no method of these names) ----
+def _div(self: Tensor, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    """PyTorch's ``div``: true division, or rounded toward zero (``"trunc"``) or down
+    (``"floor"``); a rounded quotient has no gradient, as PyTorch's."""
+    if rounding_mode is None:
+        return E.div(self, other)
+    if rounding_mode == "floor":
+        return E.floor_divide(self, other)
+    if rounding_mode != "trunc":
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    q = E.floor_divide(self, other)  # numpy's result dtype for the pair
+    if q.dtype.kind not in "iu":
+        return E.trunc(E.div(self, other))
+    a_, b_ = (v._data if isinstance(v, Tensor) else np.asarray(v) for v in (self, other))
+    return _wrap(np.asarray(np.trunc(np.true_divide(a_, b_)).astype(q.dtype)))
+
+
+def _expand(self: Tensor, *sizes: Any) -> Tensor:
+    """PyTorch's ``expand``: broadcast to ``sizes`` (-1 keeps a dimension)."""
+    if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+        sizes = tuple(sizes[0])
+    lead = len(sizes) - self.ndim
+    if lead < 0:
+        raise ValueError(f"expand: {len(sizes)} sizes for a tensor of shape {self.shape}")
+    shape = tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
+    return S.broadcast_to(self, shape)
+
+
+def _bind_torch_more() -> None:
+    T = Tensor
+    methods: dict[str, Any] = {
+        "acos": NX.arccos,
+        "asin": NX.arcsin,
+        "atan": NX.arctan,
+        "acosh": NX.arccosh,
+        "asinh": NX.arcsinh,
+        "atanh": NX.arctanh,
+        "cosh": NX.cosh,
+        "sinh": NX.sinh,
+        "exp2": NX.exp2,
+        "neg": E.neg,
+        "negative": E.neg,
+        "fmod": E.fmod,
+        "mul": E.multiply,
+        "multiply": E.multiply,
+        "div": _div,
+        "divide": _div,
+        "lerp": TN.lerp,
+        "isclose": TN.isclose,
+        "masked_select": TN.masked_select,
+        "cummax": TN.cummax,
+        "cummin": TN.cummin,
+        "unflatten": TN.unflatten,
+        "gather": TN.gather,
+        "bitwise_not": TN.bitwise_not,
+        "argsort": TN.with_dim(TN.argsort),
+        "expand": _expand,
+        "half": lambda self: S.astype(self, np.float16),
+        "cpu": lambda self: _to(self, "cpu"),
+        "where": lambda self, condition, other: E.where(condition, self, other),
+        "sort": TN.sort,
+        "diag": lambda self, diagonal=0: NX.diag(self, diagonal),
+        "diagonal": lambda self, offset=0, dim1=0, dim2=1: NX.diagonal(self, offset, dim1, dim2),
+        "bitwise_left_shift": _bitwise(np.left_shift, "bitwise_left_shift"),
+        "bitwise_right_shift": _bitwise(np.right_shift, "bitwise_right_shift"),
+    }
+    for name, f in methods.items():
+        setattr(T, name, f)
+    for name, sym, f in (("lshift", "<<", np.left_shift), ("rshift", ">>", np.right_shift)):
+        op = _bitwise(f, sym)
+        setattr(T, f"__{name}__", op)
+        setattr(T, f"__r{name}__", _reflect(op))
+
+
+_bind_torch_more()

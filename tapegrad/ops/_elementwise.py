@@ -182,9 +182,16 @@ def isinf(x: Any) -> Tensor:
 
 
 # --- binary ----------------------------------------------------------------------------------
+class IntegerPowerError(ValueError, RuntimeError):
+    """An integer to a negative integer power: numpy's ValueError and PyTorch's RuntimeError."""
+
+
 def _pow_fwd(x: Any, y: Any) -> Any:
-    if isinstance(y, int) and y < 0 and x.dtype.kind in "biu":
-        x = x.astype(default_float())  # numpy refuses integers to negative integer powers
+    if isinstance(y, (int, np.integer)) and y < 0 and x.dtype.kind in "iu":
+        raise IntegerPowerError(
+            f"an integer tensor ({x.dtype}, shape {x.shape}) to the negative integer power "
+            f"{y} is not an integer (PyTorch and numpy raise too); cast first: x.float() ** {y}"
+        )
     if type(y) is float and y == -0.5:  # PyTorch's rsqrt: -inf at -0.0
         return np.reciprocal(np.sqrt(x))
     return np.power(x, y)
