@@ -292,12 +292,8 @@ def _cumulative(name: str, accumulate: Any) -> Any:
         # the index of the latest element equal to the running extreme (PyTorch's choice)
         pos = np.arange(a.shape[ax]).reshape([-1 if i == ax else 1 for i in range(a.ndim)])
         hit = (a == run) | (np.isnan(a) if a.dtype.kind == "f" else False)
+        # after a nan, the latest nan (the running extreme is nan)
         idx = np.maximum.accumulate(np.where(hit, pos, 0), axis=ax).astype(np.int64)
-        if a.dtype.kind == "f":  # after a nan, PyTorch keeps pointing at the first nan
-            nan_seen = np.logical_or.accumulate(np.isnan(a), axis=ax)
-            first = np.where(np.isnan(a), pos, a.shape[ax])
-            first_nan = np.minimum.accumulate(first, axis=ax)
-            idx = np.where(nan_seen, first_nan, idx)
         return ValuesIndices(S.take_along_axis(x, idx, ax), _wrap(idx))
 
     op.__name__ = op.__qualname__ = name
