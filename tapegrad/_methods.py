@@ -17,7 +17,7 @@ from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
 from .ops import _torch_names as TN
-from .ops._common import check_axis, operands
+from .ops._common import ArgumentError, ArgumentTypeError, check_axis, operands
 
 
 def _reflect(f: Any) -> Any:
@@ -37,7 +37,7 @@ def _bitwise(f: Any, name: str) -> Any:
         try:
             return _wrap(np.asarray(f(a, b)))
         except TypeError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{name}: needs bool or integer tensors, got {np.asarray(a).dtype} and "
                 f"{np.asarray(b).dtype}; compare first (x > 0) to get bools"
             ) from None
@@ -579,7 +579,9 @@ def _div(self: Tensor, other: Any, *, rounding_mode: str | None = None) -> Tenso
     if rounding_mode == "floor":
         return E.floor_divide(self, other)
     if rounding_mode != "trunc":
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise ArgumentError(
+            f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
     q = E.floor_divide(self, other)  # numpy's result dtype for the pair
     if q.dtype.kind not in "iu":
         return E.trunc(E.div(self, other))
@@ -596,6 +598,33 @@ def _expand(self: Tensor, *sizes: Any) -> Tensor:
         raise ValueError(f"expand: {len(sizes)} sizes for a tensor of shape {self.shape}")
     shape = tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
     return S.broadcast_to(self, shape)
+
+
+def _view(self: Tensor, *shape: Any) -> Tensor:
+    """PyTorch's ``view``: a reshape, or with one dtype the same bytes read as that dtype (no
+    gradient, as PyTorch's)."""
+    if len(shape) == 1 and (
+        isinstance(shape[0], np.dtype)
+        or (isinstance(shape[0], type) and issubclass(shape[0], np.generic))
+    ):
+        return _wrap(np.ascontiguousarray(self._data).view(shape[0]))
+    return S.reshape(self, *shape)
+
+
+def _unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """PyTorch's ``unfold``: the windows of ``size`` every ``step`` along ``dimension``, as a
+    new last axis (gradients flow back to every window)."""
+    ax = check_axis(dimension, max(self.ndim, 1), "unfold")
+    n = self.shape[ax] if self.ndim else 1
+    if step <= 0 or not 0 <= size <= n:
+        raise ArgumentError(
+            f"unfold: size {size} and step {step} along dimension {dimension} of size {n}: need "
+            f"0 <= size <= {n} and step > 0"
+        )
+    count = (n - size) // step + 1
+    idx = np.arange(count)[:, None] * step + np.arange(size)[None, :]  # (count, size)
+    x = self if self.ndim else S.reshape(self, (1,))
+    return S.moveaxis(S.take(x, idx, axis=ax), ax + 1, -1)
 
 
 def _bind_torch_more() -> None:
@@ -631,6 +660,8 @@ def _bind_torch_more() -> None:
         "cpu": lambda self: _to(self, "cpu"),
         "where": lambda self, condition, other: E.where(condition, self, other),
         "sort": TN.sort,
+        "view": _view,
+        "unfold": _unfold,
         "diag": lambda self, diagonal=0: NX.diag(self, diagonal),
         "diagonal": lambda self, offset=0, dim1=0, dim2=1: NX.diagonal(self, offset, dim1, dim2),
         "bitwise_left_shift": _bitwise(np.left_shift, "bitwise_left_shift"),

@@ -207,3 +207,53 @@ def test_linspace_bool_and_creation_keywords_like_torch() -> None:
     assert isinstance(tg.zeros_like(tg.ones(2), requires_grad=True), tg.Parameter)
     assert isinstance(tg.full_like(tg.ones(2), 3.0, requires_grad=True), tg.Parameter)
     assert not isinstance(tg.ones_like(tg.ones(2), requires_grad=False), tg.Parameter)
+
+
+def test_bad_arguments_raise_pytorch_runtime_error_and_numpy_value_error() -> None:
+    """Code written for either library catches the error: both types, as each library raises."""
+    import tapegrad.nn.functional as F  # noqa: PLC0415
+
+    x, t = tg.tensor(A), torch.tensor(A)
+    calls = [
+        (lambda m, v: v.permute((0, 2)), RuntimeError),
+        (lambda m, v: v.flip((1, 1)), RuntimeError),
+        (lambda m, v: v.roll((1, 2)), RuntimeError),
+        (lambda m, v: v.roll(shifts=1, dims=(0, 1)), RuntimeError),
+        (lambda m, v: v[0, 0].matmul(v[:, :2, 0]), RuntimeError),
+        (lambda m, v: v.diagonal(dim1=0, dim2=0), RuntimeError),
+        (lambda m, v: v.clip(None, None), RuntimeError),
+        (lambda m, v: v.div(v, rounding_mode="typo"), RuntimeError),
+        (lambda m, v: v.unfold(2, 9, 1), RuntimeError),
+        (lambda m, v: m.tensor([1.0]) << 2, RuntimeError),
+    ]
+    for call, err in calls:
+        with pytest.raises(err):
+            call(torch, t)
+        with pytest.raises(err):
+            call(tg, x)
+    with pytest.raises(ValueError):  # numpy's type is kept
+        tg.permute_dims(x, (0, 0, 1))
+    for f in (F.conv2d, torch.nn.functional.conv2d):  # the kernel is larger than the input
+        with pytest.raises(RuntimeError):
+            f((tg if f is F.conv2d else torch).ones((1, 1, 3, 3)),
+              (tg if f is F.conv2d else torch).ones((1, 1, 5, 5)))  # fmt: skip
+
+
+def test_more_pytorch_spellings_equal_torch() -> None:
+    a = A.astype(np.float32)
+    x, t = tg.tensor(a), torch.tensor(a)
+    # view(dtype): the same bytes read as another dtype
+    assert x.view(tg.int32).tolist() == t.view(torch.int32).tolist()
+    assert x.view(6, 4).shape == (6, 4)
+    # softmax of a 0-d tensor
+    _same(tg.softmax(tg.tensor(2.0, dtype=tg.float64), dim=0), torch.softmax(torch.tensor(2.0, dtype=torch.float64), 0))
+    # einsum with a list of operands (PyTorch's form)
+    _same(tg.einsum("ij,ij->i", [tg.tensor(A[0]), tg.tensor(A[1])]),
+          torch.einsum("ij,ij->i", [torch.tensor(A[0]), torch.tensor(A[1])]))  # fmt: skip
+    # argsort with PyTorch's keywords, as a function too; numpy's form keeps its meaning
+    assert tg.argsort(x, dim=1, descending=True).tolist() == torch.argsort(t, dim=1, descending=True).tolist()
+    assert tg.argsort(x, None).tolist() == np.argsort(a, None, kind="stable").tolist()
+    # roll: one shift per dim, as PyTorch's keywords ask
+    _same(tg.tensor(A).roll(shifts=(1, 2), dims=(0, 2)), torch.tensor(A).roll(shifts=(1, 2), dims=(0, 2)))
+    for args in [(0, 2, 1), (2, 2, 2), (1, 0, 3), (-1, 3, 1)]:
+        _value_and_grad(lambda v, a_=args: v.unfold(*a_), lambda v, a_=args: v.unfold(*a_), A.copy())

@@ -80,7 +80,6 @@ from ._numpy_extra import (
     arctan,
     arctan2,
     arctanh,
-    argsort,
     array_split,
     array_split_equal,
     atleast_1d,
@@ -372,6 +371,7 @@ from ._numpy_extra import arctan as atan
 from ._numpy_extra import arctanh as atanh
 from ._torch_names import (
     DIM_OPS,
+    argsort,
     bitwise_not,
     bmm,
     cat,

@@ -16,7 +16,7 @@ from .._dtypes import default_float
 from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from . import _special
-from ._common import as_tensor, operands
+from ._common import ArgumentError, as_tensor, operands
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -512,7 +512,7 @@ def clip(
     min = a_min if min is None else min
     max = a_max if max is None else max
     if min is None and max is None:
-        raise ValueError("clip: give min, max or both")
+        raise ArgumentError("clip: give min, max or both")
     out = x
     if min is not None:
         out = where(out >= min, out, min)

@@ -16,7 +16,7 @@ from .._tensor import Tensor, _wrap
 from . import _elementwise as E
 from . import _linalg as L
 from . import _shape as S
-from ._common import as_tensor, check_axis
+from ._common import ArgumentError, as_tensor, check_axis
 
 F = TypeVar("F", bound=Callable[..., Any])
 _RENAMES = (("dim", "axis"), ("keepdim", "keepdims"), ("start_dim", "start_axis"),
@@ -32,6 +32,7 @@ def with_dim(f: F) -> F:
     @functools.wraps(f)
     def g(*args: Any, **kwargs: Any) -> Any:
         torch_dim = "dim" in kwargs
+        torch_roll = "shifts" in kwargs or "dims" in kwargs
         if kwargs:
             for torch_name, name in _RENAMES:
                 if torch_name in kwargs:
@@ -42,9 +43,24 @@ def with_dim(f: F) -> F:
                     kwargs[name] = kwargs.pop(torch_name)
         if f.__name__ == "squeeze":
             return _squeeze(f, torch_dim, *args, **kwargs)
+        if f.__name__ == "roll" and torch_roll:
+            _roll_counts(args, kwargs)
         return f(*args, **kwargs)
 
     return g  # type: ignore[return-value]
+
+
+def _roll_counts(args: tuple, kwargs: dict) -> None:
+    """PyTorch's ``roll(shifts=, dims=)`` takes one shift per dim (numpy broadcasts one shift)."""
+    shift = kwargs["shift"] if "shift" in kwargs else (args[1] if len(args) > 1 else None)
+    axis = kwargs["axis"] if "axis" in kwargs else (args[2] if len(args) > 2 else None)
+    ns = len(shift) if isinstance(shift, (tuple, list)) else 1
+    nd = len(axis) if isinstance(axis, (tuple, list)) else 1
+    if axis is not None and ns != nd:
+        raise ArgumentError(
+            f"roll: shifts={shift!r} and dims={axis!r} must have the same length (PyTorch's "
+            "spelling; numpy's roll(x, shift, axis=...) applies one shift to every axis)"
+        )
 
 
 def _squeeze(f: Callable[..., Any], torch_dim: bool, x: Any, axis: Any = None) -> Any:
@@ -374,15 +390,20 @@ def bitwise_not(input: Any) -> Tensor:
     return _wrap(np.invert(x._data))
 
 
-def argsort(input: Any, axis: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-    """PyTorch's ``argsort`` (``dim=`` or numpy's ``axis``): the indices that sort along the
-    axis, largest first when ``descending``; ties keep their order.
+def argsort(input: Any, axis: int | None = -1, descending: bool = False, stable: bool = False,
+            kind: Any = None) -> Tensor:  # fmt: skip
+    """The indices that sort along ``axis`` (PyTorch's ``dim``; the flattened tensor when None,
+    as numpy), largest first when ``descending``; ties keep their order (numpy's
+    ``kind='stable'``, PyTorch's ``stable=True``; a stable order is a valid answer for any
+    ``kind``).
 
     >>> import tapegrad as tg
     >>> tg.argsort(tg.tensor([2.0, 1.0, 3.0]), descending=True).tolist()
     [2, 0, 1]
     """
     x = as_tensor(input)
+    if axis is None:
+        x, axis = S.reshape(x, (-1,)), 0
     if x.ndim == 0:
         return _wrap(np.zeros((), np.int64))
     ax = check_axis(axis, x.ndim, "argsort")
