@@ -104,6 +104,25 @@ for _name in ("__neg__", "__invert__", "__abs__"):
     setattr(_Any, _name, _binary)
 
 
+class _DTypes(_Any):
+    """tinygrad's ``dtypes``: a numpy dtype's ``max`` / ``min`` where a test uses them as numbers."""
+
+    _ALIASES = {"int": "int32", "float": "float32", "half": "float16", "double": "float64",
+                "long": "int64", "default_float": "float32", "default_int": "int32"}  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            d = np.dtype(self._ALIASES.get(name, name))
+        except TypeError:
+            return _Any()
+        info: Any = np.iinfo(d) if d.kind in "iu" else np.finfo(d) if d.kind == "f" else None
+        if info is None:
+            return _Any()
+        return types.SimpleNamespace(max=info.max, min=info.min, itemsize=d.itemsize)
+
+
 def _tinygrad_stubs() -> dict[str, types.ModuleType]:
     """The tinygrad modules test_ops.py imports, configured as its CPU run."""
 
@@ -125,7 +144,7 @@ def _tinygrad_stubs() -> dict[str, types.ModuleType]:
     h.DEV = types.SimpleNamespace(renderer="", interface="")  # type: ignore[attr-defined]
     h.Context = _Any  # type: ignore[attr-defined]
     t = mods["tinygrad"]
-    t.Tensor, t.Device, t.dtypes = _Any(), Device, _Any()  # type: ignore[attr-defined]
+    t.Tensor, t.Device, t.dtypes = _Any(), Device, _DTypes()  # type: ignore[attr-defined]
     mods["tinygrad.tensor"]._to_np_dtype = lambda d: np.float32  # type: ignore[attr-defined]
     mods["tinygrad.renderer.nir"].NIRRenderer = NIRRenderer  # type: ignore[attr-defined]
     return mods
@@ -390,13 +409,26 @@ def summary(rows: list[dict]) -> dict[str, int]:
 
 
 def table(rows: list[dict], commit: str) -> str:
-    """The per-test result table in Markdown."""
+    """The result page in Markdown: the counts, the scope rule and one row per test."""
     c = summary(rows)
+    rule = __doc__.split("Scope, decided", 1)[1].split("Every other test", 1)[0]
     lines = [
+        "# PyTorch op suite",
+        "",
+        "tinygrad's op tests, written against PyTorch, run unchanged with `torch` bound to "
+        "tapegrad (`python tools/torch_suite.py --src <tinygrad checkout> --markdown "
+        "docs/torch_op_suite.md` writes this page; `tests/test_torch_suite.py` checks it).",
+        "",
         f"tinygrad `{TEST_FILE}` at commit `{commit or 'unknown'}`: "
-        f"{c['passed']} of {c['in_scope']} in-scope tests pass "
-        f"({c['passed'] / max(c['in_scope'], 1):.1%}), {c['failed']} fail, {c['wrong']} wrong; "
-        + ", ".join(f"{c[k]} {k}" for k in OUT_OF_SCOPE) + " (out of scope).",
+        f"**{c['passed']} of {c['in_scope']} in-scope tests pass "
+        f"({c['passed'] / max(c['in_scope'], 1):.1%})**, {c['failed']} fail, {c['wrong']} give a "
+        "wrong result; out of scope: " + ", ".join(f"{c[k]} {k}" for k in OUT_OF_SCOPE) + ".",
+        "",
+        "Out of scope, decided" + rule.rstrip().replace("``", "`"),
+        "",
+        "*passed*: values and gradients equal PyTorch's (shape, dtype, and the test's "
+        "tolerances); *failed*: tapegrad raises (a missing name, or an error where numpy and "
+        "PyTorch disagree); *wrong*: a different result.",
         "",
         "| test | result | reason |",
         "| --- | --- | --- |",
