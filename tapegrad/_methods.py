@@ -651,6 +651,7 @@ def _bind_torch_more() -> None:
         "masked_select": TN.masked_select,
         "cummax": TN.cummax,
         "cummin": TN.cummin,
+        "logcumsumexp": TN.logcumsumexp,
         "unflatten": TN.unflatten,
         "gather": TN.gather,
         "bitwise_not": TN.bitwise_not,

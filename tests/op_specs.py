@@ -289,6 +289,7 @@ add(
     row("prod/zeros_all", "prod", tg.prod, torch.prod, (A, with_zeros(2, 7))),
     row("cumsum", "cumsum", lambda x: tg.cumsum(x, axis=1), lambda x: torch.cumsum(x, 1), (B, R), dtypes=(F64, F32, I64)),
     row("cumsum/flat", "cumsum", tg.cumsum, lambda x: torch.cumsum(x.reshape(-1), 0), (A, R)),
+    row("logcumsumexp", "logcumsumexp", lambda x: tg.logcumsumexp(x, 1), lambda x: torch.logcumsumexp(x, 1), (B, R), order=1),
     row("cumprod", "cumprod", lambda x: tg.cumprod(x, axis=-1), lambda x: torch.cumprod(x, -1), (B, real(0.5, 1.5))),
     row("cumprod/zeros", "cumprod", lambda x: tg.cumprod(x, axis=1), lambda x: torch.cumprod(x, 1), (A, with_zeros(1, 6, 7))),
     row("cumprod/zeros_axis0", "cumprod", lambda x: tg.cumprod(x, axis=0), lambda x: torch.cumprod(x, 0), (A, with_zeros(0, 5))),

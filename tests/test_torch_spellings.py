@@ -225,6 +225,7 @@ def test_bad_arguments_raise_pytorch_runtime_error_and_numpy_value_error() -> No
         (lambda m, v: v.div(v, rounding_mode="typo"), RuntimeError),
         (lambda m, v: v.unfold(2, 9, 1), RuntimeError),
         (lambda m, v: m.tensor([1.0]) << 2, RuntimeError),
+        (lambda m, v: m.einsum("ij,jk->ik", [v[0], v[1]]), RuntimeError),
     ]
     for call, err in calls:
         with pytest.raises(err):
@@ -257,3 +258,25 @@ def test_more_pytorch_spellings_equal_torch() -> None:
     _same(tg.tensor(A).roll(shifts=(1, 2), dims=(0, 2)), torch.tensor(A).roll(shifts=(1, 2), dims=(0, 2)))
     for args in [(0, 2, 1), (2, 2, 2), (1, 0, 3), (-1, 3, 1)]:
         _value_and_grad(lambda v, a_=args: v.unfold(*a_), lambda v, a_=args: v.unfold(*a_), A.copy())
+
+
+def test_logcumsumexp_values_and_gradients_equal_torch_at_the_edges() -> None:
+    _value_and_grad(lambda v: tg.logcumsumexp(v, dim=2), lambda v: torch.logcumsumexp(v, 2), A.copy())
+    for a in ([[-np.inf, -np.inf, 1.0]], [[1.0, np.inf, 2.0]], [[1000.0, -1000.0, 3.0]]):
+        x, t = tg.tensor(np.array(a)), torch.tensor(np.array(a), requires_grad=True)
+        with tg.Tape() as tape:
+            tape.watch(x)
+            y = x.logcumsumexp(1)
+            total = y.sum()
+        ref = torch.logcumsumexp(t, 1)
+        (gt,) = torch.autograd.grad(ref.sum(), t)
+        np.testing.assert_array_equal(y.numpy(), ref.detach().numpy())
+        np.testing.assert_allclose(tape.gradient(total, x).numpy(), gt.numpy(), rtol=1e-12)
+    x = tg.tensor(A)
+    with tg.Tape() as outer:  # no second derivative: an error, never a wrong number
+        outer.watch(x)
+        with tg.Tape() as inner:
+            inner.watch(x)
+            total = tg.logcumsumexp(x, 1).sum()
+        with pytest.raises(NotImplementedError, match="second derivative"):
+            inner.gradient(total, x)

@@ -385,6 +385,7 @@ from ._torch_names import (
     isclose,
     le,
     lerp,
+    logcumsumexp,
     lt,
     masked_fill,
     masked_select,
@@ -412,7 +413,7 @@ __all__ += ["arctan2", "cbrt", "copysign", "fmod", "median", "mod", "nanmean", "
 __all__ += ["negative", "power", "ptp", "rint"]
 __all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
 __all__ += ["acos", "acosh", "asin", "asinh", "atan", "atanh", "bitwise_not", "cummax", "cummin"]
-__all__ += ["gather", "isclose", "lerp", "masked_select", "std_mean", "unflatten"]
+__all__ += ["gather", "isclose", "lerp", "logcumsumexp", "masked_select", "std_mean", "unflatten"]
 
 _install_quiet_kernels()
 

@@ -234,12 +234,12 @@ def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     sizes: dict[str, int] = {}
     for t, op in zip(terms, ops, strict=True):
         if len(t) != op.ndim:
-            raise ValueError(
+            raise ArgumentError(
                 f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}"
             )
         for c, n in zip(t, op.shape, strict=True):
             if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
-                raise ValueError(
+                raise ArgumentError(
                     f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}"
                 )
     dt = result_dtype(*[o.dtype for o in ops])

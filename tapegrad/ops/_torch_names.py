@@ -8,10 +8,13 @@ stay unwrapped, so internal calls pay nothing.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._autodiff import OUT, apply, defprim
 from .._backend import np
+from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from . import _elementwise as E
 from . import _linalg as L
@@ -429,3 +432,47 @@ def sort(input: Any, dim: int = -1, descending: bool = False, stable: bool = Fal
     if x.ndim == 0:
         return ValuesIndices(x, idx)
     return ValuesIndices(S.take_along_axis(x, idx._data, check_axis(dim, x.ndim, "sort")), idx)
+
+
+def _logcumsumexp_fwd(x: Any, axis: int) -> Any:
+    with np.errstate(invalid="ignore"):  # inf - inf inside logaddexp: nan, as PyTorch
+        return np.logaddexp.accumulate(x, axis=axis)
+
+
+def _logcumsumexp_vjp(xp: Any, g: Any, ans: Any, x: Any, axis: int) -> Any:
+    # d y_j / d x_i = exp(x_i - y_j) for i <= j; summed over j >= i in log space, the positive and
+    # negative parts of g apart, so that nothing overflows (TensorFlow's and PyTorch's rule)
+    def from_the_end(z: Any) -> Any:
+        return xp.flip(xp.apply(_LOGCUMSUMEXP, xp.flip(z, axis), axis=axis), axis)
+
+    if xp.tensors:  # an outer tape records this backward pass
+        raise NotImplementedError(
+            "logcumsumexp: a second derivative (an outer tape recording the backward pass) is "
+            "not supported; compose it as tg.log(tg.cumsum(tg.exp(x), axis)) for that"
+        )
+
+    def log_part(v: Any) -> Any:
+        return xp.where(v > 0, xp.log(xp.where(v > 0, v, 1.0)), -math.inf) - ans
+
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf - -inf where all x are -inf
+        return xp.exp(from_the_end(log_part(g)) + x) - xp.exp(from_the_end(log_part(-g)) + x)
+
+
+_LOGCUMSUMEXP = defprim("logcumsumexp", _logcumsumexp_fwd, _logcumsumexp_vjp, (0, OUT))
+
+
+def logcumsumexp(input: Any, dim: int) -> Tensor:
+    """PyTorch's ``logcumsumexp``: ``log(cumsum(exp(x)))`` along ``dim``, computed without
+    overflow (a running ``logaddexp``).
+
+    >>> import tapegrad as tg
+    >>> [round(v, 4) for v in tg.logcumsumexp(tg.tensor([0.0, 0.0, 1000.0]), 0).tolist()]
+    [0.0, 0.6931, 1000.0]
+    """
+    x = as_tensor(input)
+    if x.dtype.kind != "f":
+        x = x.astype(default_float())
+    if x.ndim == 0:
+        check_axis(dim, 1, "logcumsumexp")
+        return x
+    return apply(_LOGCUMSUMEXP, x, axis=check_axis(dim, x.ndim, "logcumsumexp"))
