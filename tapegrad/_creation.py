@@ -136,14 +136,18 @@ def _like(x: Any, f: Any, dtype: Any, device: Any) -> Tensor:
     return _on(f(x.shape, d), device if device is not None else x.device)
 
 
-def zeros_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def zeros_like(
+    x: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Zeros of ``x``'s shape, dtype and device (unless given); on no tape."""
-    return _like(x, lambda s, d: np.zeros(s, dtype=d), dtype, device)
+    return _trainable(_like(x, lambda s, d: np.zeros(s, dtype=d), dtype, device), requires_grad, "zeros_like")
 
 
-def ones_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def ones_like(
+    x: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Ones of ``x``'s shape, dtype and device (unless given); on no tape."""
-    return _like(x, lambda s, d: np.ones(s, dtype=d), dtype, device)
+    return _trainable(_like(x, lambda s, d: np.ones(s, dtype=d), dtype, device), requires_grad, "ones_like")
 
 
 def empty_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -151,9 +155,12 @@ def empty_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return _like(x, lambda s, d: np.empty(s, dtype=d), dtype, device)
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def full_like(
+    x: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """``fill_value`` in ``x``'s shape, dtype and device (unless given)."""
-    return _like(x, lambda s, d: np.full(s, fill_value, dtype=d), dtype, device)
+    t = _like(x, lambda s, d: np.full(s, fill_value, dtype=d), dtype, device)
+    return _trainable(t, requires_grad, "full_like")
 
 
 def arange(
@@ -192,6 +199,8 @@ def linspace(
     >>> tg.linspace(0, 1, 5).tolist()
     [0.0, 0.25, 0.5, 0.75, 1.0]
     """
+    if dtype is not None and as_dtype(dtype) == np.bool_:
+        raise ValueError("linspace: a bool dtype is not supported (as in PyTorch); give a number dtype")
     if isinstance(start, Tensor) or isinstance(stop, Tensor):
         return _linspace_taped(start, stop, num, endpoint, dtype)
     a = np.linspace(start, stop, num, endpoint=endpoint)
@@ -402,13 +411,14 @@ def uniform(
 
 
 def randint(
-    low: int,
+    low: Any = None,
     high: Any = None,
     size: Any = (),
     *,
     dtype: Any = None,
     device: Any = None,
     generator: Generator | None = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     """Integers in ``[low, high)`` (int64 unless ``dtype``). ``randint(high, size)`` works as
     in PyTorch.
@@ -419,12 +429,15 @@ def randint(
     """
     if isinstance(high, (tuple, list)):  # torch.randint(high, size)
         low, high, size = 0, low, high
+    elif low is None:  # torch.randint(high=h, size=s)
+        low = 0
     elif high is None:
         low, high = 0, low
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
     d = as_dtype(dtype) if dtype is not None else np.dtype(np.int64)
-    return _draw(generator, "integers", (low, high, _size(size)), d, device)
+    t = _draw(generator, "integers", (low, high, _size(size)), d, device)
+    return _trainable(t, requires_grad, "randint")
 
 
 class _Below:

@@ -18,7 +18,7 @@ from .ops import _reduce as R
 from .ops import _shape as S
 from .ops import _softmax as SM
 from .ops import _torch_names as TN
-from .ops._common import check_axis, operands
+from .ops._common import ArgumentError, ArgumentTypeError, check_axis, operands
 
 
 def _reflect(f: Any) -> Any:
@@ -38,7 +38,7 @@ def _bitwise(f: Any, name: str) -> Any:
         try:
             return _wrap(np.asarray(f(a, b)))
         except TypeError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{name}: needs bool or integer tensors, got {np.asarray(a).dtype} and "
                 f"{np.asarray(b).dtype}; compare first (x > 0) to get bools"
             ) from None
@@ -284,7 +284,6 @@ def _core() -> dict[str, Any]:
             out[name] = getattr(mod, name)
     out.update({
         "clamp": E.clip,
-        "view": S.reshape,
         "unsqueeze": S.expand_dims,
         "transpose": S.transpose,
         "permute": _permute,
@@ -542,11 +541,115 @@ def _torch_names() -> dict[str, Any]:
     }
 
 
+# --- more PyTorch method spellings (PyTorch's meaning; numpy has no method of these names) ----
+def _div(self: Tensor, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    """PyTorch's ``div``: true division, or rounded toward zero (``"trunc"``) or down
+    (``"floor"``); a rounded quotient has no gradient, as PyTorch's."""
+    if rounding_mode is None:
+        return E.div(self, other)
+    if rounding_mode == "floor":
+        return E.floor_divide(self, other)
+    if rounding_mode != "trunc":
+        raise ArgumentError(
+            f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
+    q = E.floor_divide(self, other)  # numpy's result dtype for the pair
+    if q.dtype.kind not in "iu":
+        return E.trunc(E.div(self, other))
+    a_, b_ = (v._data if isinstance(v, Tensor) else np.asarray(v) for v in (self, other))
+    return _wrap(np.asarray(np.trunc(np.true_divide(a_, b_)).astype(q.dtype)))
+
+
+def _expand(self: Tensor, *sizes: Any) -> Tensor:
+    """PyTorch's ``expand``: broadcast to ``sizes`` (-1 keeps a dimension)."""
+    if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+        sizes = tuple(sizes[0])
+    lead = len(sizes) - self.ndim
+    if lead < 0:
+        raise ValueError(f"expand: {len(sizes)} sizes for a tensor of shape {self.shape}")
+    shape = tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(sizes))
+    return S.broadcast_to(self, shape)
+
+
+def _view(self: Tensor, *shape: Any) -> Tensor:
+    """PyTorch's ``view``: a reshape, or with one dtype the same bytes read as that dtype (no
+    gradient, as PyTorch's)."""
+    if len(shape) == 1 and (
+        isinstance(shape[0], np.dtype)
+        or (isinstance(shape[0], type) and issubclass(shape[0], np.generic))
+    ):
+        return _wrap(np.ascontiguousarray(self._data).view(shape[0]))
+    return S.reshape(self, *shape)
+
+
+def _unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """PyTorch's ``unfold``: the windows of ``size`` every ``step`` along ``dimension``, as a
+    new last axis (gradients flow back to every window)."""
+    ax = check_axis(dimension, max(self.ndim, 1), "unfold")
+    n = self.shape[ax] if self.ndim else 1
+    if step <= 0 or not 0 <= size <= n:
+        raise ArgumentError(
+            f"unfold: size {size} and step {step} along dimension {dimension} of size {n}: need "
+            f"0 <= size <= {n} and step > 0"
+        )
+    count = (n - size) // step + 1
+    idx = np.arange(count)[:, None] * step + np.arange(size)[None, :]  # (count, size)
+    x = self if self.ndim else S.reshape(self, (1,))
+    return S.moveaxis(S.take(x, idx, axis=ax), ax + 1, -1)
+
+
+def _torch_more() -> dict[str, Any]:
+    methods: dict[str, Any] = {
+        "acos": NX.arccos,
+        "asin": NX.arcsin,
+        "atan": NX.arctan,
+        "acosh": NX.arccosh,
+        "asinh": NX.arcsinh,
+        "atanh": NX.arctanh,
+        "cosh": NX.cosh,
+        "sinh": NX.sinh,
+        "exp2": NX.exp2,
+        "neg": E.neg,
+        "negative": E.neg,
+        "fmod": E.fmod,
+        "mul": E.multiply,
+        "multiply": E.multiply,
+        "div": _div,
+        "divide": _div,
+        "lerp": TN.lerp,
+        "isclose": TN.isclose,
+        "masked_select": TN.masked_select,
+        "cummax": TN.cummax,
+        "cummin": TN.cummin,
+        "logcumsumexp": TN.logcumsumexp,
+        "unflatten": TN.unflatten,
+        "gather": TN.gather,
+        "bitwise_not": TN.bitwise_not,
+        "argsort": TN.with_dim(TN.argsort),
+        "expand": _expand,
+        "half": lambda self: S.astype(self, np.float16),
+        "cpu": lambda self: _to(self, "cpu"),
+        "where": lambda self, condition, other: E.where(condition, self, other),
+        "sort": TN.sort,
+        "view": _view,
+        "unfold": _unfold,
+        "diag": lambda self, diagonal=0: NX.diag(self, diagonal),
+        "diagonal": lambda self, offset=0, dim1=0, dim2=1: NX.diagonal(self, offset, dim1, dim2),
+        "bitwise_left_shift": _bitwise(np.left_shift, "bitwise_left_shift"),
+        "bitwise_right_shift": _bitwise(np.right_shift, "bitwise_right_shift"),
+    }
+    for name, sym, f in (("lshift", "<<", np.left_shift), ("rshift", ">>", np.right_shift)):
+        op = _bitwise(f, sym)
+        methods[f"__{name}__"] = op
+        methods[f"__r{name}__"] = _reflect(op)
+    return methods
+
+
 def table() -> dict[str, Any]:
     """Every method and operator this module gives ``Tensor``, each name once: a name bound by
     two parts, or one that the class body defines, is an error."""
     out: dict[str, Any] = {}
-    for part in (_core(), _torch_names(), _torch(), _numpy_api.PROTOCOLS):
+    for part in (_core(), _torch_names(), _torch(), _torch_more(), _numpy_api.PROTOCOLS):
         for name, f in part.items():
             if name in out or name in _CLASS_BODY:
                 raise AssertionError(f"Tensor.{name} is declared twice")

@@ -90,7 +90,8 @@ UNARY = (
 ).split()
 DOMAIN = {"log": "pos", "log10": "pos", "log1p": "pos", "log2": "pos", "rsqrt": "pos",
           "sqrt": "pos", "reciprocal": "pos", "arccos": "unit", "arcsin": "unit",
-          "arctanh": "unit", "arccosh": "ge1"}  # fmt: skip
+          "arctanh": "unit", "arccosh": "ge1", "acos": "unit", "asin": "unit", "atanh": "unit",
+          "acosh": "ge1"}  # fmt: skip
 NO_GRAD = {"ceil", "floor", "round", "sign", "trunc", "isfinite", "isinf", "isnan",
            "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal",
            "less", "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor",
@@ -101,6 +102,7 @@ BINARY = (
     "not_equal logical_and logical_or logical_xor"
 ).split()
 REDUCE = "sum mean prod amax amin logsumexp".split()
+TORCH_TRIG = "acos asin atan acosh asinh atanh".split()  # PyTorch's names of numpy's arc*
 SCAN = "cumsum cumprod".split()
 
 
@@ -120,7 +122,7 @@ def _default_float64(ns: Any, x: Any) -> Any:
 
 def _torch_recipes() -> dict[str, Recipe]:
     r: dict[str, Recipe] = {}
-    for n in UNARY + ["arccos", "arcsin", "arctanh", "arccosh"]:
+    for n in UNARY + ["arccos", "arcsin", "arctanh", "arccosh"] + TORCH_TRIG:
         r[n] = unary(n, DOMAIN.get(n, "real"), grad=n not in NO_GRAD)
     for n in BINARY:
         r[n] = binary(n, grad=n not in NO_GRAD)

@@ -146,7 +146,10 @@ def test_max_positional_dim_raises_and_dim_keyword_is_torch():
         a.max(1)
     with pytest.raises(TypeError, match="x.min\\(0\\) means the minimum"):
         a.min(0)
-    np.testing.assert_array_equal(a.max(axis=1).numpy(), ta.amax(1).numpy())
+    # PyTorch reads axis= as dim= (a pair), numpy as the values: axis= raises, amax gives values
+    with pytest.raises(TypeError, match="x.max\\(axis=1\\) means the maximum over axis 1"):
+        a.max(axis=1)
+    np.testing.assert_array_equal(a.amax(axis=1).numpy(), ta.amax(1).numpy())
     v, i = a.max(dim=1)
     tv, ti = ta.max(1)
     np.testing.assert_array_equal(v.numpy(), tv.numpy())

@@ -87,19 +87,29 @@ def classify(text: str) -> str:
     return "error"
 
 
-def _read(src: Path, name: str) -> str | None:
-    p = src / "tests" / name
-    if p.is_file():
-        return p.read_text()
-    try:  # a bare git directory (e.g. a mirror)
+def read_source(src: Path, relpath: str) -> tuple[str | None, str]:
+    """A file of a checkout (a plain folder, or a bare git directory such as a mirror), and the
+    checkout's commit ("" when ``src`` is not a git directory)."""
+    def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "--git-dir", str(src), "show", f"HEAD:tests/{name}"],
-            capture_output=True,
-            text=True,
-            check=True,
+            ["git", "-C", str(src), *args], capture_output=True, text=True, check=True
         ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
     except (subprocess.CalledProcessError, FileNotFoundError):
-        return None
+        commit = ""
+    p = src / relpath
+    if p.is_file():
+        return p.read_text(), commit
+    try:
+        return git("show", f"HEAD:{relpath}"), commit
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None, commit
+
+
+def _read(src: Path, name: str) -> str | None:
+    return read_source(src, f"tests/{name}")[0]
 
 
 def run(src: Path, files: list[str] | None = None, timeout: float = 1500) -> list[dict]:

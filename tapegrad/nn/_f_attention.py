@@ -28,6 +28,7 @@ from ..ops import _linalg as L
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops import _softmax as SM
+from ..ops._common import ArgumentError
 from ._f_activation import dropout
 from ._f_common import float_input
 
@@ -273,7 +274,7 @@ def scaled_dot_product_attention(
     n_l, n_s = q.shape[-2], k.shape[-2]
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if is_causal and attn_mask is not None:
-        raise ValueError(f"{op}: give attn_mask or is_causal=True, not both")
+        raise ArgumentError(f"{op}: give attn_mask or is_causal=True, not both")
     if dropout_p == 0.0 and _fusable(q, k, v, attn_mask):
         return _fused(q, k, v, attn_mask, is_causal, sc)
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * sc  # (..., L, S)

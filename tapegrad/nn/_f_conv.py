@@ -28,6 +28,7 @@ from .._backend import np, xp_of
 from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _shape as S
+from ..ops._common import ArgumentError
 from ._f_common import check_positive, float_input, ntuple, same_float
 
 
@@ -618,7 +619,7 @@ def conv2d(
     )
     if ho < 1 or wo < 1:
         span = tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d, strict=True))
-        raise ValueError(
+        raise ArgumentError(
             f"conv2d: the input {x.shape} padded by {pad} is smaller than the dilated kernel "
             f"{span}; pad the input or use a "
             "smaller kernel"

@@ -35,6 +35,7 @@ from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops import _softmax as SM
+from ..ops._common import ArgumentError
 from ._f_common import (
     check_pair,
     check_reduction,
@@ -387,7 +388,7 @@ def _cross_entropy_probs(
     if unb:
         x, t = S.expand_dims(x, 0), S.expand_dims(t, 0)
     if t.shape != x.shape:
-        raise ValueError(
+        raise ArgumentError(
             f"cross_entropy: probability targets must have the input's shape {x.shape}, got "
             f"{t.shape} (class-index targets must be integers)"
         )

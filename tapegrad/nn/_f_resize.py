@@ -50,10 +50,18 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
     if mode != "constant":
         if value not in (None, 0, 0.0):
             raise ValueError(f"pad: value= only applies to mode='constant', got mode={mode!r}")
-        if any(a < 0 or b < 0 for a, b in pairs):
-            raise ValueError(
-                f"pad: negative padding {tuple(pad)} is only supported in constant mode"
-            )
+        crop = [(max(-a, 0), max(-b, 0)) for a, b in pairs]
+        pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
+        if mode == "circular":  # negative widths crop first; the rest wraps the cropped tensor
+            if any(crop_a or crop_b for crop_a, crop_b in crop):
+                x = x[tuple(slice(a, n - b) for (a, b), n in zip(crop, x.shape, strict=True))]
+                crop = [(0, 0)] * x.ndim
+            if any(a > n or b > n for (a, b), n in zip(pairs, x.shape, strict=True)):
+                raise ValueError(
+                    f"pad: circular padding {tuple(pad)} would wrap around {x.shape} more than "
+                    "once (PyTorch raises, or leaves such values undefined); pad at most each "
+                    "dimension's size"
+                )
         if mode == "reflect":
             for (a, b), n in zip(pairs, x.shape, strict=True):
                 if a >= n or b >= n:
@@ -61,7 +69,10 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
                         f"pad: reflect padding {tuple(pad)} must be smaller than the padded "
                         f"dimensions of {x.shape}"
                     )
-        return S.pad(x, pairs, mode=_PAD_MODES[mode])
+        out = S.pad(x, pairs, mode=_PAD_MODES[mode])
+        if any(a or b for a, b in crop):  # negative widths crop the padded result, as PyTorch
+            out = out[tuple(slice(a, n - b) for (a, b), n in zip(crop, out.shape, strict=True))]
+        return out
     if any(a < 0 or b < 0 for a, b in pairs):  # negative widths crop first
         x = x[
             tuple(

@@ -80,7 +80,6 @@ from ._numpy_extra import (
     arctan,
     arctan2,
     arctanh,
-    argsort,
     array_split,
     array_split_equal,
     atleast_1d,
@@ -364,22 +363,39 @@ from .. import _autodiff
 from ._fp_warnings import install as _install_quiet_kernels
 from ._fp_warnings import set_fp_warnings
 from ._namespace import TensorNamespace
+from ._numpy_extra import arccos as acos
+from ._numpy_extra import arccosh as acosh
+from ._numpy_extra import arcsin as asin
+from ._numpy_extra import arcsinh as asinh
+from ._numpy_extra import arctan as atan
+from ._numpy_extra import arctanh as atanh
 from ._torch_names import (
     DIM_OPS,
+    argsort,
+    bitwise_not,
     bmm,
     cat,
+    cummax,
+    cummin,
     eq,
+    gather,
     ge,
     gt,
     index_select,
+    isclose,
     le,
+    lerp,
+    logcumsumexp,
     lt,
     masked_fill,
+    masked_select,
     mm,
     narrow,
     ne,
     repeat_interleave,
+    std_mean,
     topk,
+    unflatten,
     with_dim,
     with_unbiased,
 )
@@ -396,6 +412,8 @@ __all__ += ["real", "real_if_close", "row_stack"]
 __all__ += ["arctan2", "cbrt", "copysign", "fmod", "median", "mod", "nanmean", "nansum"]
 __all__ += ["negative", "power", "ptp", "rint"]
 __all__ += ["bmm", "index_select", "masked_fill", "mm", "repeat_interleave", "topk"]
+__all__ += ["acos", "acosh", "asin", "asinh", "atan", "atanh", "bitwise_not", "cummax", "cummin"]
+__all__ += ["gather", "isclose", "lerp", "logcumsumexp", "masked_select", "std_mean", "unflatten"]
 
 _install_quiet_kernels()
 

@@ -9,6 +9,16 @@ from .._dtypes import default_float
 from .._tensor import Tensor, _wrap, complex_error
 
 
+class ArgumentError(ValueError, RuntimeError):
+    """A bad argument value or shape: numpy's ``ValueError`` and PyTorch's ``RuntimeError``, so
+    code written for either library catches it."""
+
+
+class ArgumentTypeError(TypeError, RuntimeError):
+    """An argument of a dtype the op does not take: numpy's ``TypeError`` and PyTorch's
+    ``RuntimeError``."""
+
+
 def as_tensor(x: Any, name: str = "op") -> Tensor:
     """A Tensor from a Tensor, array or Python data (Python floats become the default float)."""
     if isinstance(x, Tensor):
@@ -130,7 +140,7 @@ def normalize_axis(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
     if ndim == 0:
         return ()
     if len(set(out)) != len(out):
-        raise ValueError(f"{op}: axis {axis!r} repeats a dimension")
+        raise ArgumentError(f"{op}: axis {axis!r} repeats a dimension")
     return tuple(sorted(out))
 
 

@@ -18,7 +18,7 @@ from .._dtypes import default_float
 from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from . import _special
-from ._common import as_tensor, operands
+from ._common import ArgumentError, as_tensor, operands
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -191,9 +191,16 @@ def isinf(x: Any) -> Tensor:
 
 
 # --- binary ----------------------------------------------------------------------------------
+class IntegerPowerError(ValueError, RuntimeError):
+    """An integer to a negative integer power: numpy's ValueError and PyTorch's RuntimeError."""
+
+
 def _pow_fwd(x: Any, y: Any) -> Any:
-    if isinstance(y, int) and y < 0 and x.dtype.kind in "biu":
-        x = x.astype(default_float())  # numpy refuses integers to negative integer powers
+    if isinstance(y, (int, np.integer)) and y < 0 and x.dtype.kind in "iu":
+        raise IntegerPowerError(
+            f"an integer tensor ({x.dtype}, shape {x.shape}) to the negative integer power "
+            f"{y} is not an integer (PyTorch and numpy raise too); cast first: x.float() ** {y}"
+        )
     if type(y) is float and y == -0.5:  # PyTorch's rsqrt: -inf at -0.0
         return np.reciprocal(np.sqrt(x))
     return np.power(x, y)
@@ -510,7 +517,7 @@ def clip(
     min = a_min if min is None else min
     max = a_max if max is None else max
     if min is None and max is None:
-        raise ValueError("clip: give min, max or both")
+        raise ArgumentError("clip: give min, max or both")
     out = x
     if min is not None:
         out = where(out >= min, out, min)

@@ -10,7 +10,7 @@ from .._amp import lower
 from .._autodiff import apply, defprim
 from .._backend import np, xp_of
 from .._tensor import Tensor
-from ._common import as_tensor, check_axis, operands, result_dtype
+from ._common import ArgumentError, as_tensor, check_axis, operands, result_dtype
 from ._shape import reshape
 
 
@@ -57,7 +57,7 @@ def matmul(x: Any, y: Any) -> Tensor:
     k1 = x.shape[-1]
     k2 = y.shape[0] if y.ndim == 1 else y.shape[-2]
     if k1 != k2:
-        raise ValueError(
+        raise ArgumentError(
             f"matmul: {x.shape} @ {y.shape}: inner dimensions {k1} and {k2} differ "
             f"(x's last axis must equal y's {'only' if y.ndim == 1 else 'second-to-last'} axis; "
             "transpose one operand?)"
@@ -211,7 +211,8 @@ def _interleaved(args: tuple[Any, ...]) -> tuple[str, list[Any]]:
 def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     """Einstein summation over any subscripts (implicit or explicit output, '...' allowed).
 
-    numpy's interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` works too.
+    numpy's interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` works too, and
+    PyTorch's list of operands ``einsum("i,i->", [a, b])``.
 
     >>> import tapegrad as tg
     >>> tg.einsum("ij,jk->ik", tg.arange(6.0).reshape(2, 3), tg.ones((3, 2))).tolist()
@@ -219,6 +220,8 @@ def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     >>> tg.einsum(tg.ones((2, 3)), [0, 1], tg.ones(3), [1], [0]).tolist()
     [3.0, 3.0]
     """
+    if isinstance(subscripts, str) and len(operands_) == 1 and isinstance(operands_[0], (list, tuple)):
+        operands_ = tuple(operands_[0])  # PyTorch's einsum(eq, [a, b])
     if not isinstance(subscripts, str):
         subscripts, operands_ = _interleaved((subscripts, *operands_))  # type: ignore[assignment]
     ops = [as_tensor(o) for o in operands_]
@@ -231,12 +234,12 @@ def einsum(subscripts: Any, *operands_: Any) -> Tensor:
     sizes: dict[str, int] = {}
     for t, op in zip(terms, ops, strict=True):
         if len(t) != op.ndim:
-            raise ValueError(
+            raise ArgumentError(
                 f"einsum: term '{t}' has {len(t)} letters, its operand has shape {op.shape}"
             )
         for c, n in zip(t, op.shape, strict=True):
             if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
-                raise ValueError(
+                raise ArgumentError(
                     f"einsum: letter '{c}' has sizes {sizes[c]} and {n} in {subscripts!r}"
                 )
     dt = result_dtype(*[o.dtype for o in ops])

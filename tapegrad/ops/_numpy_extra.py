@@ -18,7 +18,7 @@ from . import _elementwise as E
 from . import _linalg as L
 from . import _reduce as R
 from . import _shape as S
-from ._common import as_tensor, check_axis, operands
+from ._common import ArgumentError, as_tensor, check_axis, operands
 from ._elementwise import _floatin, _unary
 from ._torch_names import ValuesIndices
 
@@ -563,7 +563,7 @@ def diagonal(x: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
         raise ValueError(f"diagonal: needs at least 2 dimensions, got shape {x.shape}")
     a1, a2 = check_axis(axis1, x.ndim, "diagonal"), check_axis(axis2, x.ndim, "diagonal")
     if a1 == a2:
-        raise ValueError(f"diagonal: axis1 and axis2 must differ, got {axis1} and {axis2}")
+        raise ArgumentError(f"diagonal: axis1 and axis2 must differ, got {axis1} and {axis2}")
     rest = [i for i in range(x.ndim) if i not in (a1, a2)]
     x = S.permute_dims(x, (*rest, a1, a2))
     n1, n2 = x.shape[-2:]

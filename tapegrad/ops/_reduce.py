@@ -159,9 +159,10 @@ def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 _MAX_MESSAGE = (
-    "{name}: tg.{name}(x, {dim}) or x.{name}({dim}) means the {name}imum over axis {dim} in numpy "
-    "and a (values, indices) pair in PyTorch; write {name}(x, axis={dim}) or tg.a{name}(x, {dim}) for the "
-    "values, or {name}(x, dim={dim}) for PyTorch's (values, indices) pair"
+    "{name}: tg.{name}(x, {dim}) or x.{name}({spell}) means the {name}imum over axis {dim} in "
+    "numpy and a (values, indices) pair in PyTorch (which reads axis= as dim=); write "
+    "tg.a{name}(x, axis={dim}) or x.a{name}(axis={dim}) for the values, or {name}(x, dim={dim}) for "
+    "PyTorch's (values, indices) pair"
 )
 
 
@@ -169,7 +170,9 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
     def op(x: Any, *args: Any, axis: Any = None, keepdims: bool = False, dim: Any = None,
            keepdim: Any = None) -> Any:  # fmt: skip
         if args and len(args) == 1 and isinstance(args[0], (int, np.integer)):
-            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0]))
+            raise TypeError(_MAX_MESSAGE.format(name=name, dim=args[0], spell=args[0]))
+        if axis is not None and dim is None:
+            raise TypeError(_MAX_MESSAGE.format(name=name, dim=axis, spell=f"axis={axis}"))
         if args:  # PyTorch's max(x, other): the elementwise maximum
             if len(args) != 1 or axis is not None or dim is not None:
                 raise TypeError(f"{name}: takes one other tensor, or axis= (numpy) or dim= "
@@ -195,10 +198,11 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (
-        f"numpy's ``{name}(x, axis=None, keepdims=False)`` (the values; tied extremes split the "
-        f"gradient) and PyTorch's ``{name}(x, dim=d, keepdim=False)`` (a ``(values, indices)`` "
-        f"pair) and ``{name}(x, other)`` (the elementwise {pairwise}); a bare ``{name}(x, 1)`` "
-        "raises, since the two libraries read it differently.\n\n"
+        f"The {name}imum of all elements (tied extremes split the gradient), PyTorch's "
+        f"``{name}(x, dim=d, keepdim=False)`` (a ``(values, indices)`` pair) and "
+        f"``{name}(x, other)`` (the elementwise {pairwise}); ``{name}(x, 1)`` and "
+        f"``{name}(x, axis=1)`` raise, since numpy reads them as the values and PyTorch as the "
+        f"pair: ``a{name}(x, axis)`` gives the values.\n\n"
         f"    >>> import tapegrad as tg\n"
         f"    >>> tg.{name}(tg.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1).indices.tolist()\n"
         f"    {[1, 0] if name == 'max' else [0, 1]}\n"

@@ -11,7 +11,7 @@ from .._autodiff import Primitive, apply, defprim
 from .._backend import np
 from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
-from ._common import as_tensor, check_axis, normalize_axis, operands, result_dtype
+from ._common import ArgumentError, as_tensor, check_axis, normalize_axis, operands, result_dtype
 
 
 def _as_shape(shape: Any) -> tuple[int, ...]:
@@ -203,7 +203,7 @@ def permute_dims(x: Any, axes: Any = None) -> Tensor:
     given = tuple(axes)
     axes = tuple(check_axis(int(a), x.ndim, "permute_dims") for a in given)
     if sorted(axes) != list(range(x.ndim)):
-        raise ValueError(
+        raise ArgumentError(
             f"permute_dims: {given} is not a permutation of the {x.ndim} axes of a tensor of "
             f"shape {x.shape}; name each axis once, e.g. {tuple(range(x.ndim))[::-1]}"
         )
@@ -467,7 +467,7 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
     if axis is None:
         if isinstance(shift, (list, tuple)):  # PyTorch's roll(x, (k,)): one shift, flattened
             if len(shift) != 1:
-                raise ValueError(
+                raise ArgumentError(
                     f"roll: {len(shift)} shifts {tuple(shift)} need as many axes; without axis "
                     "the flattened tensor takes one shift"
                 )

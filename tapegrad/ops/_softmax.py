@@ -19,7 +19,7 @@ from ._reduce import _max_shift_fwd
 
 
 def _softmax(x: Any, axis: int) -> Any:
-    e = np.subtract(x, _max_shift_fwd(x, axis))
+    e = np.asarray(np.subtract(x, _max_shift_fwd(x, axis)))  # 0-d input: a numpy scalar
     np.exp(e, out=e)
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
