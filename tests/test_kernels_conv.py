@@ -1012,3 +1012,59 @@ def test_gemm_conv_of_an_empty_batch_matches_torch():
     assert y.shape == tuple(ty.shape) == (0, 8, 4, 4)
     assert gx.shape == (0, 6, 9, 9)
     np.testing.assert_array_equal(gw.numpy(), np.zeros_like(w))
+
+
+POINTWISE_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation
+    ((5, 16, 1, 1), 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # ResNet-18 on a 1x1 map
+    ((5, 16, 1, 1), 24, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # its stride-2 entry
+    ((3, 8, 2, 2), 16, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1)),  # its 1x1 downsample
+    ((2, 8, 4, 5), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # a 1x1 layer: every pixel
+    ((2, 8, 5, 7), 6, (1, 1), (2, 3), ((0, 0), (0, 0)), (1, 1)),  # strided: zeros around
+    ((2, 4, 1, 3), 6, (3, 1), (1, 1), ((1, 1), (0, 0)), (1, 1)),  # one axis padded
+    ((2, 4, 1, 1), 6, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: the centre
+]
+
+
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), POINTWISE_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pointwise_convolutions_equal_the_reference(monkeypatch, shape, o, k, s, pad, d, dtype):
+    geom, x, w, g = _conv_case(np.random.default_rng(9), shape, o, k, s, pad, d, dtype)
+    b = np.random.default_rng(10).standard_normal(o).astype(dtype)
+    assert CT.taps(geom) is not None
+    for got, ref in [
+        (CT.pointwise_conv(x, w, b, geom, 1), _f_conv._conv2d_ref(x, w, b, geom, 1)),
+        (CT.pointwise_conv(x, w, None, geom, 1), _f_conv._conv2d_ref(x, w, None, geom, 1)),
+        (CT.pointwise_input_grad(g, w, geom, 1), _f_conv._input_grad_ref(g, w, geom, 1)),
+        (CT.pointwise_weight_grad(g, x, geom, 1, w.shape),
+         _f_conv._weight_grad_ref(g, x, geom, 1, w.shape)),
+    ]:
+        _close(got, ref, dtype)
+
+
+def test_pointwise_needs_one_live_tap_reading_no_padding():
+    def geom(hw, k, s, p, d=1):
+        ho = _f_conv.out_size(hw, k, s, (p, p), d)
+        return _f_conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (d, d), (ho, ho))
+
+    assert CT.taps(geom(1, 3, 1, 1)) == (slice(0, 1, 1), slice(0, 1, 1), 1, 1)
+    assert CT.taps(geom(2, 3, 1, 1)) is None  # a 2x2 map reads through every tap
+    assert CT.taps(geom(4, 1, 1, 1)) is None  # a 1x1 kernel padded: the border reads zeros
+    assert CT.taps(geom(5, 1, 2, 0)) == (slice(0, 5, 2), slice(0, 5, 2), 0, 0)
+    x = np.zeros((1, 1, 1, 1), np.float32)
+    assert CT.pointwise_fits(geom(1, 3, 1, 1), 1, (1, 1, 3, 3), (x,), "conv")
+    assert not CT.pointwise_fits(geom(1, 3, 1, 1), 2, (1, 1, 3, 3), (x,), "conv")  # groups
+    assert CT.pointwise_prefer(geom(1, 3, 2, 1), 1, (1, 1, 3, 3), (x,), "conv")  # one pixel
+    assert not CT.pointwise_prefer(geom(5, 1, 2, 0), 1, (1, 1, 1, 1), (x,), "conv")
+
+
+@numba_only
+def test_a_1x1_map_takes_the_pointwise_gemm():
+    from tapegrad._kernels import registry  # noqa: PLC0415
+
+    x, w = np.ones((4, 64, 1, 1), np.float32), np.ones((64, 64, 3, 3), np.float32)
+    geom = _f_conv.Geom((4, 64, 1, 1), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
+    chosen = [i.name for i in registry.implementations("conv2d")
+              if i.fits(x, w, None, geom, 1) and i.prefer(x, w, None, geom, 1)]
+    assert chosen[0] == "pointwise"  # before the fused Winograd kernels
+    np.testing.assert_array_equal(_f_conv._conv2d_fwd(x, w, None, geom, 1), np.full(
+        (4, 64, 1, 1), 64, np.float32))

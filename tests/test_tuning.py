@@ -37,7 +37,8 @@ class _Fake(registry.Impl):
         if not self.ready:
             raise registry.NotReady(self.name)
         self.calls += 1
-        time.sleep(self.delay)
+        if self.delay:
+            time.sleep(self.delay)
         return x + len(self.name)
 
 
@@ -94,7 +95,7 @@ def test_the_table_is_per_machine_in_the_kernel_cache():
 
 def test_the_faster_implementation_is_kept_in_the_process_and_on_disk(tuned):
     install, path = tuned
-    slow, fast = _Fake("slow", 0.003), _Fake("fast", 0.0)
+    slow, fast = _Fake("slow", 0.03), _Fake("fast", 0.0)
     install(slow, fast)
     x = np.arange(3.0)
     np.testing.assert_array_equal(registry.dispatch("tune_test", lambda a: a, x), x + 4)
@@ -112,7 +113,7 @@ def test_the_faster_implementation_is_kept_in_the_process_and_on_disk(tuned):
 
 def test_the_table_on_disk_decides_in_a_later_process(tuned):
     install, path = tuned
-    slow, fast = _Fake("slow", 0.003), _Fake("fast", 0.0)
+    slow, fast = _Fake("slow", 0.03), _Fake("fast", 0.0)
     install(slow, fast)
     x = np.arange(3.0)
     k = repr(registry.key("tune_test", (x,)))
@@ -125,7 +126,7 @@ def test_the_table_on_disk_decides_in_a_later_process(tuned):
 def test_the_reference_can_be_the_choice(tuned, monkeypatch):
     install, path = tuned
     monkeypatch.setitem(registry._TUNABLE, "tune_test", True)
-    slow = _Fake("slow", 0.003)
+    slow = _Fake("slow", 0.03)
     install(slow)
     calls = []
     out = registry.dispatch("tune_test", lambda a: calls.append(1) or a * 0, np.ones(2))
@@ -138,7 +139,7 @@ def test_the_reference_can_be_the_choice(tuned, monkeypatch):
 
 def test_a_compiling_implementation_is_measured_once_ready(tuned, monkeypatch):
     install, path = tuned
-    slow, fast = _Fake("slow", 0.003), _Fake("fast", 0.0, ready=False)
+    slow, fast = _Fake("slow", 0.03), _Fake("fast", 0.0, ready=False)
     install(slow, fast)
     x = np.arange(3.0)
     np.testing.assert_array_equal(registry.dispatch("tune_test", lambda a: a, x), x + 4)
@@ -151,7 +152,7 @@ def test_a_compiling_implementation_is_measured_once_ready(tuned, monkeypatch):
 
 def test_the_write_is_atomic(tuned, monkeypatch):
     install, path = tuned
-    install(_Fake("slow", 0.003), _Fake("fast", 0.0))
+    install(_Fake("slow", 0.03), _Fake("fast", 0.0))
     registry.dispatch("tune_test", lambda a: a, np.zeros(1))
     before = path.read_text()
 
@@ -167,7 +168,7 @@ def test_the_write_is_atomic(tuned, monkeypatch):
 def test_a_corrupt_table_is_ignored_with_one_line(tuned, capsys):
     install, path = tuned
     path.write_text('{"entries": {"a": ')  # truncated
-    slow, fast = _Fake("slow", 0.003), _Fake("fast", 0.0)
+    slow, fast = _Fake("slow", 0.03), _Fake("fast", 0.0)
     install(slow, fast)
     registry.dispatch("tune_test", lambda a: a, np.zeros(1))
     registry.dispatch("tune_test", lambda a: a, np.zeros(2))
@@ -181,7 +182,7 @@ def test_tune_0_leaves_the_choice_to_the_thresholds(tuned, monkeypatch, tmp_path
     monkeypatch.setattr(registry, "_TUNE", [None])
     monkeypatch.setenv("TAPEGRAD_TUNE", "0")
     assert registry.tuning() is False
-    slow = _Fake("slow", 0.003, prefer=lambda x: x.size > 2)
+    slow = _Fake("slow", 0.03, prefer=lambda x: x.size > 2)
     fast = _Fake("fast", 0.0)
     install(slow, fast)
     registry.dispatch("tune_test", lambda a: a, np.zeros(1))  # slow not preferred: fast

@@ -111,7 +111,9 @@ def register(op: str, name: str, fits: Callable[..., bool], run: str,
 
 def tunable(op: str, reference: bool = False) -> None:
     """Choose ``op``'s implementation by measurement where several fit (``reference``: its
-    numpy reference is one of them). Never for an operation that writes into its arguments."""
+    numpy reference is one of them). Never for an operation that writes into its arguments;
+    its implementations' ``fits`` may read only what ``key`` holds (shapes, dtypes, strides,
+    numbers, tuples of them, the thread count), since a kept choice is not checked again."""
     _TUNABLE[op] = reference
 
 
@@ -160,6 +162,7 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
 
 TUNE_BUDGET = 0.004  # seconds of repeated runs per key, shared by its alternatives
 TUNE_REPEATS = 5  # timed runs of one alternative at most (after the first, untimed)
+TUNE_MARGIN = 0.9  # another implementation replaces the hand thresholds' choice when faster than this
 RETUNE_AFTER = 0.5  # seconds between measurements of a key while an alternative compiles
 _TUNE: list[bool | None] = [None]  # TAPEGRAD_TUNE, read once
 # key -> (the chosen name, whether final, when measured); final choices are in the table too
@@ -209,16 +212,6 @@ def key(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],
               args: tuple[Any, ...]) -> Any:
-    fit = [impl for impl in impls if impl.fits(*args)]
-    with_ref = _TUNABLE[op]
-    if len(fit) + with_ref < 2:  # one candidate: nothing to measure
-        for impl in fit:
-            if with_ref or impl.prefer is None or impl.prefer(*args):
-                try:
-                    return impl.run(*args)
-                except NotReady:
-                    break
-        return reference(*args)
     k = key(op, args)
     chosen = _CHOSEN.get(k)
     if chosen is None:
@@ -228,24 +221,34 @@ def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],
     if chosen is not None and (chosen[1] or time.monotonic() - chosen[2] < RETUNE_AFTER):
         if chosen[0] == REFERENCE:
             return reference(*args)
-        for impl in fit:
-            if impl.name == chosen[0]:
+        for impl in impls:
+            if impl.name == chosen[0]:  # it fits: fits reads only what the key holds
                 try:
                     return impl.run(*args)
                 except NotReady:
                     return reference(*args)
-        # a choice among implementations that no longer fit (a stale table): measure again
+        # a table naming an implementation this version lacks: measure again
+    fit = [impl for impl in impls if impl.fits(*args)]
+    with_ref = _TUNABLE[op]
+    if len(fit) + with_ref < 2:  # one candidate (or none): nothing to measure
+        name = fit[0].name if fit and (with_ref or fit[0].prefer is None
+                                       or fit[0].prefer(*args)) else REFERENCE
+        _CHOSEN[k] = (name, True, 0.0)  # for the process; the table holds measurements only
+        return _measured(op, impls, reference, args)
     return _tune(k, fit, reference if with_ref else None, reference, args)
 
 
 def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | None,
           reference: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """Time the ready candidates for key ``k`` (the hand-preferred first), keep the fastest,
-    and return its result."""
-    order = sorted(fit, key=lambda i: not (i.prefer is None or i.prefer(*args)))
-    cands: list[tuple[str, Callable[..., Any]]] = [(i.name, i.run) for i in order]
+    """Time the ready candidates for key ``k``, keep the fastest, and return its result. The
+    hand thresholds' choice runs first and keeps the key unless another is faster by more than
+    ``TUNE_MARGIN`` (timing noise on a busy machine does not move it)."""
+    preferred = [i for i in fit if i.prefer is None or i.prefer(*args)]
+    cands: list[tuple[str, Callable[..., Any]]] = [(i.name, i.run) for i in preferred]
+    cands += [(i.name, i.run) for i in fit if i not in preferred]
     if ref_alt is not None:
-        cands.append((REFERENCE, ref_alt))
+        cands.insert(len(preferred) if preferred else 0, (REFERENCE, ref_alt))
+    default = cands[0][0]
     share = TUNE_BUDGET / len(cands)
     best: tuple[float, str, Any] | None = None
     missing = False
@@ -267,8 +270,9 @@ def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | Non
             t = dt if reps == 0 else min(t, dt)
             spent += dt
             reps += 1
-        if best is None or t < best[0]:
-            best = (t, name, out)
+        score = t * TUNE_MARGIN if name == default else t
+        if best is None or score < best[0]:
+            best = (score, name, out)
         del out
     if best is None:  # every kernel compiling, the reference not among them
         _CHOSEN[k] = (REFERENCE, False, time.monotonic())
