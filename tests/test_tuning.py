@@ -80,7 +80,7 @@ def test_the_key_holds_the_thread_count():
     from tapegrad._kernels import threads
 
     k = registry.key("op", (np.zeros(3),))
-    assert k[0] == "op" and k[1][0] == threads.count() and k[2] == (("a", (3,), "<f8", (8,)),)
+    assert k[0] == "op" and k[1][0] == threads.count() and k[2] == (("numpy", (3,), "<f8", (8,)),)
 
 
 def test_the_table_is_per_machine_in_the_kernel_cache():

@@ -189,8 +189,8 @@ def _sig(a: Any) -> Any:
     """What of one argument the choice depends on: an array's shape, dtype and strides (its
     layout), a number's or a geometry's value."""
     t = type(a)
-    if t.__name__ == "ndarray":
-        return ("a", a.shape, a.dtype.str, a.strides)
+    if t.__name__ == "ndarray":  # numpy's or CuPy's (told apart by the module)
+        return (t.__module__, a.shape, a.dtype.str, a.strides)
     if a is None or t in (int, float, bool, str):
         return a
     if isinstance(a, tuple):
