@@ -1022,6 +1022,11 @@ POINTWISE_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, r
     ((2, 8, 5, 7), 6, (1, 1), (2, 3), ((0, 0), (0, 0)), (1, 1)),  # strided: zeros around
     ((2, 4, 1, 3), 6, (3, 1), (1, 1), ((1, 1), (0, 0)), (1, 1)),  # one axis padded
     ((2, 4, 1, 1), 6, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: the centre
+    ((3, 8, 2, 2), 16, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # one window: 2x2 of 3x3
+    ((2, 8, 4, 4), 6, (4, 4), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # DCGAN's last: 4x4 to 1x1
+    ((2, 4, 5, 1), 6, (1, 3), (1, 1), ((0, 0), (1, 1)), (1, 1)),  # a window across columns
+    ((2, 4, 5, 5), 6, (3, 3), (1, 1), ((0, 0), (0, 0)), (2, 2)),  # a dilated window
+    ((2, 4, 2, 4), 6, (3, 1), (2, 1), ((1, 1), (0, 0)), (1, 1)),  # window 2 rows, 4 pixels
 ]
 
 
@@ -1041,15 +1046,19 @@ def test_pointwise_convolutions_equal_the_reference(monkeypatch, shape, o, k, s,
         _close(got, ref, dtype)
 
 
-def test_pointwise_needs_one_live_tap_reading_no_padding():
+def test_pointwise_needs_one_tap_or_one_window():
     def geom(hw, k, s, p, d=1):
         ho = _f_conv.out_size(hw, k, s, (p, p), d)
         return _f_conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (d, d), (ho, ho))
 
-    assert CT.taps(geom(1, 3, 1, 1)) == (slice(0, 1, 1), slice(0, 1, 1), 1, 1)
-    assert CT.taps(geom(2, 3, 1, 1)) is None  # a 2x2 map reads through every tap
+    one = slice(0, 1, 1), slice(1, 2)
+    assert CT.taps(geom(1, 3, 1, 1)) == (one[0], one[0], one[1], one[1], True, True)
+    whole = slice(0, 2, 1), slice(1, 3)  # 3x3 stride 2 on 2x2: taps 1-2 read the input
+    assert CT.taps(geom(2, 3, 2, 1)) == (whole[0], whole[0], whole[1], whole[1], True, True)
+    assert CT.taps(geom(2, 3, 1, 1)) is None  # a 2x2 map to 2x2 reads through every tap
     assert CT.taps(geom(4, 1, 1, 1)) is None  # a 1x1 kernel padded: the border reads zeros
-    assert CT.taps(geom(5, 1, 2, 0)) == (slice(0, 5, 2), slice(0, 5, 2), 0, 0)
+    every = slice(0, 5, 2), slice(0, 1)
+    assert CT.taps(geom(5, 1, 2, 0)) == (every[0], every[0], every[1], every[1], False, False)
     x = np.zeros((1, 1, 1, 1), np.float32)
     assert CT.pointwise_fits(geom(1, 3, 1, 1), 1, (1, 1, 3, 3), (x,), "conv")
     assert not CT.pointwise_fits(geom(1, 3, 1, 1), 2, (1, 1, 3, 3), (x,), "conv")  # groups

@@ -3,9 +3,9 @@ weight gradient, each with where it fits, where the hand thresholds prefer it, a
 
 ``table.py`` registers these for the three operations the conv primitives dispatch
 (``conv2d``, ``conv2d_input_grad``, ``conv2d_weight_grad``; ``nn/_f_conv.py`` keeps the numpy
-im2col + GEMM reference), in the order the hand thresholds try them: pointwise (one live tap:
-a GEMM with no columns), direct (stride 1, few channels), fused Winograd, register-blocked,
-Winograd through GEMMs, pixel-major im2col + GEMM. The three operations are tunable with the
+im2col + GEMM reference), in the order the hand thresholds try them: pointwise (one live tap
+or one window: a GEMM with no columns), direct (stride 1, few channels), fused Winograd,
+register-blocked, Winograd through GEMMs, pixel-major im2col + GEMM. The three operations are tunable with the
 reference among the alternatives: the dispatcher times the ones that fit a new shape and keeps
 the fastest (``registry``); ``TAPEGRAD_TUNE=0`` leaves the choice to the thresholds below, each
 written beside the measurement that set it. A ``fits`` says what a kernel computes correctly
@@ -238,7 +238,8 @@ def _pm_chunks(pm: Any, geom: Any, groups: int, wshape: tuple[int, ...]) -> list
 
 
 # --------------------------------------------------------------------------------------------
-# small maps: one live tap per axis makes the convolution one GEMM over the channels
+# small maps: a convolution whose outputs each read the input through one tap, or whose one
+# output reads one window, is one GEMM over the input's pixels as they lie (no columns)
 # --------------------------------------------------------------------------------------------
 
 
@@ -252,22 +253,45 @@ def _live(n: int, out: int, k: int, s: int, pad: int, d: int) -> tuple[int, ...]
                  if any(0 <= j * s + t * d - pad < n for j in range(out)))
 
 
-def taps(geom: Any) -> tuple[slice, slice, int, int] | None:
-    """Where a convolution reads one input pixel per output pixel through one tap (a 1x1
-    kernel, or a 3x3 one with padding 1 on a 1x1 map): the input's row and column slices and
-    the tap (i, j); None when any output reads through two taps or through padding."""
+def taps(geom: Any) -> tuple[slice, slice, slice, slice, bool, bool] | None:
+    """How a convolution is one GEMM, or None. Along each axis either every output reads one
+    input pixel through the same tap (a 1x1 kernel, a 3x3 one padded by 1 on a 1x1 map), or
+    there is one output, which reads the input through a run of taps (the others read only
+    padding: a 3x3 stride-2 layer on a 2x2 map). Returns the input's row and column slices
+    read, the kernel's row and column taps, and whether each axis is a window (summed over)."""
     _, _, h, w = geom.in_shape
-    out = []
+    axes = []
     for n, o, k, s, (pad, _), d in zip((h, w), geom.out_hw, geom.kernel, geom.stride,
                                        geom.padding, geom.dilation, strict=True):
         live = _live(n, o, k, s, pad, d)
+        if o == 1 and live:  # one window: its live taps read inside the input
+            t0, t1 = live[0], live[-1]
+            axes.append((slice(t0 * d - pad, t1 * d - pad + 1, d), slice(t0, t1 + 1), True))
+            continue
         if len(live) != 1:
             return None
         start = live[0] * d - pad
         if start < 0 or start + s * (o - 1) >= n:  # an output reading padding
             return None
-        out.append((slice(start, start + s * (o - 1) + 1, s), live[0]))
-    return out[0][0], out[1][0], out[0][1], out[1][1]
+        axes.append((slice(start, start + s * (o - 1) + 1, s), slice(live[0], live[0] + 1),
+                     False))
+    (rows, trows, wh), (cols, tcols, ww) = axes
+    return rows, cols, trows, tcols, wh, ww
+
+
+def _gemm_in(x: Any, geom: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The input the GEMM reads, (N, K, P): K runs over the channels and the window axes, P
+    over the output pixels; and the plan (``taps``)."""
+    plan = taps(geom)
+    rows, cols, _, _, wh, ww = plan  # type: ignore[misc]
+    xs = x[:, :, rows, cols]  # (N, C, A, B)
+    k_axes = [a for a, win in ((2, wh), (3, ww)) if win]
+    p_axes = [a for a, win in ((2, wh), (3, ww)) if not win]
+    n, c = x.shape[:2]
+    k = c * math.prod(xs.shape[a] for a in k_axes)
+    if k_axes == [3] and p_axes == [2]:
+        xs = xs.transpose(0, 1, 3, 2)
+    return xs.reshape(n, k, -1), plan  # type: ignore[return-value]
 
 
 def pointwise_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
@@ -275,8 +299,12 @@ def pointwise_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> 
 
 
 # Output pixels (a sample) up to which the hand thresholds take the pointwise GEMM. ResNet-18 on
-# 8x8 digits (batch 64), whose layers 2-4 run on 1x1 maps, 3x3 kernels padded by 1: the fused
-# Winograd kernels transformed the 512 x 512 weights on every call for a product of 64 rows.
+# 8x8 digits (batch 64): layers 2-4 run 3x3 convolutions on 1x1 maps (and their stride-2
+# entries from 2x2 maps to 1x1), where the fused Winograd kernels had transformed the 512 x
+# 512 weights on every call for a product of 64 rows. Forward and both gradients, as PyTorch's
+# time over tapegrad's (one thread each, alternating in one process, AMD EPYC Zen 4, a busy
+# machine: benchmarks/conv_small_maps.py), before / after: 128 -> 128 0.28 / 2.33, 256 -> 256
+# 0.27 / 3.51, 512 -> 512 0.19 / 3.98, its 1x1 stride-2 downsample 64 -> 128 0.06 / 6.97.
 POINTWISE_PIXELS = 1
 
 
@@ -284,53 +312,58 @@ def pointwise_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -
     return _pixels(geom) <= POINTWISE_PIXELS
 
 
-def _pointwise_in(x: Any, geom: Any) -> tuple[Any, int, int]:
-    """The input pixels the live tap reads, (N, C, Ho * Wo), and the tap."""
-    rows, cols, i, j = taps(geom)  # type: ignore[misc]
-    n, c = x.shape[:2]
-    return x[:, :, rows, cols].reshape(n, c, -1), i, j
-
-
 def pointwise_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    """conv2d as ``w[:, :, i, j] @ x`` at the live tap's pixels (no columns)."""
-    xs, i, j = _pointwise_in(x, geom)
+    """conv2d as the live taps' weights (O, K) times the input's (N, K, P)."""
+    xk, (_, _, trows, tcols, _, _) = _gemm_in(x, geom)
     n, o = x.shape[0], w.shape[0]
-    wm = w[:, :, i, j]  # (O, C)
-    if xs.shape[2] == 1:
-        y = xs[:, :, 0] @ wm.T  # (N, O): one GEMM
+    wk = w[:, :, trows, tcols].reshape(o, -1)  # (O, K)
+    if xk.shape[2] == 1:
+        y = xk[:, :, 0] @ wk.T  # (N, O): one GEMM
         if b is not None:
             y += b
-        return y.reshape(n, o, *geom.out_hw)
-    y = np.matmul(wm, xs)  # (N, O, Ho * Wo)
-    if b is not None:
-        y += b[:, None]
+    else:
+        y = np.matmul(wk, xk)  # (N, O, P)
+        if b is not None:
+            y += b[:, None]
     return y.reshape(n, o, *geom.out_hw)
 
 
 def pointwise_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    rows, cols, i, j = taps(geom)  # type: ignore[misc]
+    rows, cols, trows, tcols, wh, ww = taps(geom)  # type: ignore[misc]
     n, o, ho, wo = g.shape
     c = w.shape[1]
-    wm = w[:, :, i, j]  # (O, C)
+    wm = w[:, :, trows, tcols]  # (O, C, ta, tb)
+    wk = wm.reshape(o, -1)
     if ho * wo == 1:
-        gs = (g.reshape(n, o) @ wm).reshape(n, c, 1, 1)
+        gk = g.reshape(n, o) @ wk  # (N, K)
     else:
-        gs = np.matmul(wm.T, g.reshape(n, o, -1)).reshape(n, c, ho, wo)
-    if (ho, wo) == geom.in_shape[2:]:  # every input pixel read once: no zeros around
-        return gs
+        gk = np.matmul(wk.T, g.reshape(n, o, -1))  # (N, K, P)
+    # back to (N, C, A, B): the window axes from K, the pixel axes from P
+    ta, tb = wm.shape[2:]
+    sizes = {2: ta if wh else ho, 3: tb if ww else wo}
+    order = [a for a, win in ((2, wh), (3, ww)) if win] + [a for a, win in ((2, wh), (3, ww))
+                                                           if not win]
+    gs = gk.reshape(n, c, *(sizes[a] for a in order))
+    if order == [3, 2]:
+        gs = np.ascontiguousarray(gs.transpose(0, 1, 3, 2))
+    if gs.shape[2:] == tuple(geom.in_shape[2:]) and rows.step == cols.step == 1:
+        return gs  # every input pixel read: no zeros around
     gx = np.zeros(geom.in_shape, dtype=gs.dtype)
     gx[:, :, rows, cols] = gs
     return gx
 
 
 def pointwise_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int, ...]) -> Any:
-    xs, i, j = _pointwise_in(x, geom)
+    xk, (_, _, trows, tcols, _, _) = _gemm_in(x, geom)
     n, o = g.shape[:2]
-    dw = np.zeros(wshape, dtype=np.result_type(g.dtype, x.dtype))
-    if xs.shape[2] == 1:
-        dw[:, :, i, j] = g.reshape(n, o).T @ xs[:, :, 0]
+    if xk.shape[2] == 1:
+        dwk = g.reshape(n, o).T @ xk[:, :, 0]  # (O, K)
     else:
-        dw[:, :, i, j] = np.tensordot(g.reshape(n, o, -1), xs, axes=([0, 2], [0, 2]))
+        dwk = np.tensordot(g.reshape(n, o, -1), xk, axes=([0, 2], [0, 2]))
+    dw = np.zeros(wshape, dtype=dwk.dtype)
+    ta = trows.stop - trows.start
+    tb = tcols.stop - tcols.start
+    dw[:, :, trows, tcols] = dwk.reshape(o, wshape[1], ta, tb)
     return dw
 
 
