@@ -194,7 +194,11 @@ def _sig(a: Any) -> Any:
     if a is None or t in (int, float, bool, str):
         return a
     if isinstance(a, tuple):
-        return tuple(_sig(v) for v in a)
+        try:
+            hash(a)  # numbers and tuples of them (a geometry): the value itself
+        except TypeError:  # arrays inside
+            return tuple(_sig(v) for v in a)
+        return a
     return t.__name__
 
 
