@@ -59,6 +59,20 @@ def _geom(x):
 _CONV = CV.Geom((2, 3, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (6, 6))
 
 
+def _conv_cases(dt):
+    """(x, w, b, g, geom, groups) for each convolution strategy: a 3x3 layer on a 1x1 map (one
+    live tap: pointwise), 16 -> 16 3x3 stride 1 (direct, fused, blocked, Winograd), a 4x4
+    stride-2 layer in two groups (pixel-major)."""
+    out = []
+    for i, (n, c, hw, o, k, s, p, groups) in enumerate([
+            (3, 16, 1, 32, 3, 1, 1, 1), (2, 16, 6, 16, 3, 1, 1, 1), (2, 8, 9, 6, 4, 2, 1, 2)]):
+        ho = CV.out_size(hw, k, s, (p, p), 1)
+        geom = CV.Geom((n, c, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (1, 1), (ho, ho))
+        out.append((_r(50 + i, (n, c, hw, hw), dt), _r(60 + i, (o, c // groups, k, k), dt),
+                    _r(70 + i, (o,), dt), _r(80 + i, (n, o, ho, ho), dt), geom, groups))
+    return out
+
+
 def _adam_case(dt):
     p = _r(40, (64, 64), dt)
     opt = tg.optim.Adam([tg.Parameter(p.copy())], lr=0.01, weight_decay=0.1)
@@ -179,6 +193,11 @@ CASES = {
     "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
     "adam": (True, _adam_case),
     "sgd": (True, _sgd_case),
+    "conv2d": (False, lambda dt: [(CV._conv2d_ref, c[:3] + c[4:]) for c in _conv_cases(dt)]),
+    "conv2d_input_grad": (False, lambda dt: [(CV._input_grad_ref, (c[3], c[1], c[4], c[5]))
+                                             for c in _conv_cases(dt)]),
+    "conv2d_weight_grad": (False, lambda dt: [
+        (CV._weight_grad_ref, (c[3], c[0], c[4], c[5], c[1].shape)) for c in _conv_cases(dt)]),
 }
 CASES.update(_recurrent_cases())
 
@@ -252,25 +271,33 @@ def test_every_registered_implementation_has_a_case():
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_implementation_equals_its_reference(op, dtype):
     exact, case = CASES[op]
-    reference, args = case(dtype)
+    cases = case(dtype)
     for impl in registry.implementations(op):
-        assert impl.fits(*args), f"{impl}: the sample case does not fit it"
-        a_ref, a_run = _copy(args), _copy(args)
-        want = reference(*a_ref)
-        got = impl.run(*a_run)
-        if want is None:  # in place: compare what each wrote
-            assert got is None, f"{impl} returned a value where its reference writes in place"
-            want, got = a_ref, a_run
-        wl, gl = _leaves(want), _leaves(got)
-        assert len(wl) == len(gl), f"{impl}: {len(gl)} results, its reference {len(wl)}"
-        for w, g in zip(wl, gl, strict=True):
-            if w is None or g is None:
-                assert w is None and g is None, impl
-            elif isinstance(w, np.ndarray) or isinstance(g, np.ndarray):
-                assert np.shape(g) == np.shape(w), f"{impl}: shape {np.shape(g)}, not {np.shape(w)}"
-                _same(g, w, exact, dtype)
-            else:
-                assert g == w or _same(g, w, exact, dtype) is None, impl
+        # one case, or a list of cases (strategies that fit different shapes): each
+        # implementation runs on every case that fits it, at least one
+        fitting = [c for c in (cases if isinstance(cases, list) else [cases]) if impl.fits(*c[1])]
+        assert fitting, f"{impl}: no sample case fits it"
+        for reference, args in fitting:
+            _check_against_reference(impl, reference, args, exact, dtype)
+
+
+def _check_against_reference(impl, reference, args, exact, dtype):
+    a_ref, a_run = _copy(args), _copy(args)
+    want = reference(*a_ref)
+    got = impl.run(*a_run)
+    if want is None:  # in place: compare what each wrote
+        assert got is None, f"{impl} returned a value where its reference writes in place"
+        want, got = a_ref, a_run
+    wl, gl = _leaves(want), _leaves(got)
+    assert len(wl) == len(gl), f"{impl}: {len(gl)} results, its reference {len(wl)}"
+    for w, g in zip(wl, gl, strict=True):
+        if w is None or g is None:
+            assert w is None and g is None, impl
+        elif isinstance(w, np.ndarray) or isinstance(g, np.ndarray):
+            assert np.shape(g) == np.shape(w), f"{impl}: shape {np.shape(g)}, not {np.shape(w)}"
+            _same(g, w, exact, dtype)
+        else:
+            assert g == w or _same(g, w, exact, dtype) is None, impl
 
 
 @numba_only

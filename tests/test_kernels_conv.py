@@ -16,6 +16,7 @@ import torch
 import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad import _kernels
+from tapegrad._kernels import conv_table as CT
 from tapegrad.nn import _f_conv, _f_norm
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
@@ -72,12 +73,12 @@ def test_direct_conv_kernels_equal_the_numpy_reference(
     monkeypatch, shape, o, k, pad, d, groups, dtype
 ):
     rng = np.random.default_rng(0)
-    monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)  # the kernels on every shape
+    monkeypatch.setattr(CT, "DIRECT_SMALL_OUTPUT", True)  # the kernels on every shape
     geom = _geom(shape, k, pad, d)
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
-    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is not None
+    assert CT._direct(geom, groups, w.shape, x, w, b) is not None
     y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
     g = rng.standard_normal(y.shape).astype(dtype)
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
@@ -117,14 +118,14 @@ def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
 
     monkeypatch.setattr(conv_direct, "RUN", run)
     monkeypatch.setattr(conv_direct, "PARALLEL_MIN", parallel_min)
-    monkeypatch.setattr(_f_conv, "DIRECT_SMALL_OUTPUT", True)
+    monkeypatch.setattr(CT, "DIRECT_SMALL_OUTPUT", True)
     assert conv_direct._parallel(shape[0], 1) == (parallel_min == 0 and threads.active())
     rng = np.random.default_rng(3)
     geom = _geom(shape, k, pad, d)
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
-    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is conv_direct
+    assert CT._direct(geom, groups, w.shape, x, w, b) is conv_direct
     y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
     g = rng.standard_normal(y.shape).astype(dtype)
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
@@ -144,18 +145,18 @@ def test_direct_planes_share_padding_only_when_no_side_crops():
 def test_many_channels_and_strides_keep_the_gemm():
     geom = _geom((2, 256, 8, 8), (3, 3), ((1, 1), (1, 1)), (1, 1))
     x = np.zeros((2, 256, 8, 8), np.float32)
-    assert _f_conv._direct(geom, 1, (256, 256, 3, 3), x) is None  # 256 * 256 channels
-    assert _f_conv._direct(geom, 1, (128, 128, 3, 3), x) is None
-    assert _f_conv._direct(geom, 1, (32, 16, 3, 3), x) is None  # 512 pairs: the GEMM
-    assert _f_conv._direct(geom, 1, (16, 16, 3, 3), x) is not None  # 16 * 16: the limit
-    assert _f_conv._direct(geom, 16, (256, 16, 3, 3), x) is not None  # 16 * 16 per group
+    assert CT._direct(geom, 1, (256, 256, 3, 3), x) is None  # 256 * 256 channels
+    assert CT._direct(geom, 1, (128, 128, 3, 3), x) is None
+    assert CT._direct(geom, 1, (32, 16, 3, 3), x) is None  # 512 pairs: the GEMM
+    assert CT._direct(geom, 1, (16, 16, 3, 3), x) is not None  # 16 * 16: the limit
+    assert CT._direct(geom, 16, (256, 16, 3, 3), x) is not None  # 16 * 16 per group
     strided = geom._replace(stride=(2, 1))
-    assert _f_conv._direct(strided, 1, (4, 256, 3, 3), x) is None
-    assert _f_conv._direct(geom, 1, (4, 256, 3, 3), x.astype(np.float16)) is None
+    assert CT._direct(strided, 1, (4, 256, 3, 3), x) is None
+    assert CT._direct(geom, 1, (4, 256, 3, 3), x.astype(np.float16)) is None
     # an output plane smaller than the kernel (a DCGAN generator's 1x1 -> 4x4 first layer)
     tiny = _geom((2, 16, 4, 4), (4, 4), ((0, 0), (0, 0)), (1, 1))
     assert tiny.out_hw == (1, 1)
-    assert _f_conv._direct(tiny, 1, (8, 16, 4, 4), np.zeros((2, 16, 4, 4), np.float32)) is None
+    assert CT._direct(tiny, 1, (8, 16, 4, 4), np.zeros((2, 16, 4, 4), np.float32)) is None
 
 
 def test_pixel_major_chunks_hold_gemm_rows_past_the_budget(monkeypatch):
@@ -163,15 +164,15 @@ def test_pixel_major_chunks_hold_gemm_rows_past_the_budget(monkeypatch):
 
     # DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4: 16 output pixels a sample
     geom = _f_conv.Geom((64, 256, 8, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
-    chunks = _f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))
-    per = _f_conv.GEMM_ROWS // 16  # the budget alone: 2 samples
+    chunks = CT._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))
+    per = CT.GEMM_ROWS // 16  # the budget alone: 2 samples
     assert chunks == [(i, min(64, i + per)) for i in range(0, 64, per)]
-    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 1)
-    assert len(_f_conv._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))) == 32
+    monkeypatch.setattr(CT, "GEMM_ROWS", 1)
+    assert len(CT._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))) == 32
     # the rows never shrink a chunk the budget allows
     wide = geom._replace(in_shape=(64, 16, 8, 8))
-    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 256)
-    assert _f_conv._pm_chunks(conv_gemm, wide, 1, (32, 16, 4, 4)) == _f_conv._chunks(
+    monkeypatch.setattr(CT, "GEMM_ROWS", 256)
+    assert CT._pm_chunks(conv_gemm, wide, 1, (32, 16, 4, 4)) == CT.chunks(
         wide, 16 * 16, 16 * 10 * 10)
 
 
@@ -202,11 +203,11 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     from tapegrad._kernels import conv_gemm  # noqa: PLC0415
 
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
-    monkeypatch.setattr(_f_conv, "GEMM_ROWS", 1)  # chunks by the budget alone
+    monkeypatch.setattr(CT, "COLS_BUDGET", budget)
+    monkeypatch.setattr(CT, "GEMM_ROWS", 1)  # chunks by the budget alone
     # stride-1 layers this narrow run direct; wider ones (over DIRECT_MAX) take these paths
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "_blocked", lambda *a, **k: None)
     rng = np.random.default_rng(3)
     n, c, h, w_ = shape
     ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
@@ -216,10 +217,10 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     w = rng.standard_normal((o, c // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
     g = rng.standard_normal((n, o, ho, wo)).astype(dtype)
-    assert _f_conv._direct(geom, groups, w.shape, x, w, b) is None
-    long = c // groups * k[0] * k[1] >= _f_conv.PIXEL_MAJOR_COLUMNS
-    pixel_major = c // groups < _f_conv.PIXEL_MAJOR_CHANNELS or wo < 8 or s == (1, 1) or long
-    assert (_f_conv._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
+    assert CT._direct(geom, groups, w.shape, x, w, b) is None
+    long = c // groups * k[0] * k[1] >= CT.PIXEL_MAJOR_COLUMNS
+    pixel_major = c // groups < CT.PIXEL_MAJOR_CHANNELS or wo < 8 or s == (1, 1) or long
+    assert (CT._pixel_major(geom, groups, w.shape, x, w, b) is not None) == pixel_major
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
 
@@ -231,7 +232,7 @@ def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     w = rng.standard_normal((24, 16, 4, 4)).astype(np.float32)[:, :, ::-1, :]
     g = rng.standard_normal((3, 24, 4, 4)).astype(np.float32).transpose(0, 1, 3, 2)
     assert not (x.flags.c_contiguous or w.flags.c_contiguous or g.flags.c_contiguous)
-    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "_blocked", lambda *a, **k: None)
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
@@ -277,15 +278,15 @@ def test_blocked_conv_kernels_equal_the_numpy_reference(
     # on two threads: odd batches split unevenly, a batch of one by rows (or weight blocks)
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)  # the blocked kernels, not Winograd
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1 << 30)  # the blocked kernels, not Winograd
     rng = np.random.default_rng(8)
     geom, x, w, g = _conv_case(rng, shape, o, k, s, pad, d, dtype)
     c = shape[1]
     b = rng.standard_normal(o).astype(dtype)
-    assert _f_conv._blocked(geom, 1, w.shape, x, w, b) is not None
+    assert CT._blocked(geom, 1, w.shape, x, w, b) is not None
     input_grad = c % 16 == 0
-    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
+    assert (CT._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None) == input_grad
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
 
 
@@ -376,17 +377,17 @@ def test_blocked_takes_narrow_single_group_layers(monkeypatch):
 
     x = np.zeros((2, 16, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
-    assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x) is not None
-    assert _f_conv._blocked(geom, 1, (24, 16, 3, 3), x) is None  # not whole blocks of 16
-    assert _f_conv._blocked(geom, 2, (32, 8, 3, 3), x) is None  # groups
+    assert CT._blocked(geom, 1, (32, 16, 3, 3), x) is not None
+    assert CT._blocked(geom, 1, (24, 16, 3, 3), x) is None  # not whole blocks of 16
+    assert CT._blocked(geom, 2, (32, 8, 3, 3), x) is None  # groups
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 1 << 62)  # one thread
-    assert _f_conv._blocked(geom, 1, (128, 64, 3, 3), x) is None  # 64 channels: the GEMMs
-    assert _f_conv._blocked(geom, 1, (32, 16, 3, 3), x.astype(np.float16)) is None
+    assert CT._blocked(geom, 1, (128, 64, 3, 3), x) is None  # 64 channels: the GEMMs
+    assert CT._blocked(geom, 1, (32, 16, 3, 3), x.astype(np.float16)) is None
     # the input gradient: the forward's rule with the channels swapped, at any stride
     strided = geom._replace(stride=(2, 2))
-    assert _f_conv._blocked(strided, 1, (32, 16, 3, 3), x, input_grad=True) is not None
-    assert _f_conv._blocked(geom, 1, (32, 8, 3, 3), x, input_grad=True) is None
-    assert _f_conv._blocked(geom, 1, (64, 16, 3, 3), x, input_grad=True) is None  # sums 64
+    assert CT._blocked(strided, 1, (32, 16, 3, 3), x, input_grad=True) is not None
+    assert CT._blocked(geom, 1, (32, 8, 3, 3), x, input_grad=True) is None
+    assert CT._blocked(geom, 1, (64, 16, 3, 3), x, input_grad=True) is None  # sums 64
 
 
 WIDE_CASES = [  # as BLOCKED_CASES, 64 channels and more: taken on two threads only, with rows
@@ -407,23 +408,23 @@ def test_blocked_kernels_on_wide_layers_equal_the_numpy_reference(monkeypatch, s
     if not threads.active():
         pytest.skip(f"kernels serial here: {threads.describe()}")
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0)  # on two threads from any size
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1 << 30)
     geom, x, w, g = _conv_case(np.random.default_rng(10), shape, o, k, s, pad, d, dtype)
     n, c, h, _ = shape
     # without AVX-512 the wide route takes only layers of few weights (the GEMMs serve the rest)
     monkeypatch.setattr(conv_blocked, "WIDE", False)
     few = c * o * k[0] * k[1] <= conv_blocked.WIDE_AVX2_WEIGHTS
-    assert (_f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is None) != few
-    assert (_f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is None) == (
+    assert (CT._blocked(geom, 1, w.shape, x, w, forward=True) is None) != few
+    assert (CT._blocked(geom, 1, w.shape, g, w, input_grad=True) is None) == (
         o >= 64 and not few)
     monkeypatch.setattr(conv_blocked, "WIDE_AVX2_WEIGHTS", c * o * k[0] * k[1] - 1)
-    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is None
+    assert CT._blocked(geom, 1, w.shape, x, w, forward=True) is None
     monkeypatch.setattr(conv_blocked, "WIDE", True)  # the kernels themselves, on any machine
-    assert _f_conv._blocked(geom, 1, w.shape, x, w, forward=True) is not None
-    assert _f_conv._blocked(geom, 1, w.shape, x, w) is not None
-    assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
-    assert _f_conv._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
+    assert CT._blocked(geom, 1, w.shape, x, w, forward=True) is not None
+    assert CT._blocked(geom, 1, w.shape, x, w) is not None
+    assert CT._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert CT._blocked(geom, 1, (o, c, 1, 1), x, w) is None  # 1x1: the GEMMs
     if conv_blocked.P == 8:  # the row rules below, in AVX-512's blocks of 8 pixels
         _wide_rows_select(geom, w, x, g, o, c, h, k)
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, dtype)
@@ -433,21 +434,21 @@ def _wide_rows_select(geom, w, x, g, o, c, h, k):
     """The wide route's rules on rows (blocks of 8 pixels): which short rows it leaves."""
     n = geom.in_shape[0]
     short = geom._replace(out_hw=(geom.out_hw[0], 3), in_shape=(n, c, h, 5))
-    assert _f_conv._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
+    assert CT._blocked(short, 1, w.shape, x, w, forward=True) is None  # rows under a block
     # rows of half a block (or more): the forward's blocks take two, below SHORT_ROWS_CHANNELS
     half = geom._replace(out_hw=(geom.out_hw[0], 4), in_shape=(n, c, h, 7))
-    assert _f_conv._blocked(half, 1, w.shape, x, w, forward=True) is not None
-    assert _f_conv._blocked(half, 1, (o, 256, *k), x, w, forward=True) is None
+    assert CT._blocked(half, 1, w.shape, x, w, forward=True) is not None
+    assert CT._blocked(half, 1, (o, 256, *k), x, w, forward=True) is None
     # the weight gradient keeps short rows below SHORT_ROWS_CHANNELS input channels
-    assert _f_conv._blocked(short, 1, w.shape, x, w) is not None
-    assert _f_conv._blocked(short, 1, (o, 256, *k), x, w) is None
+    assert CT._blocked(short, 1, w.shape, x, w) is not None
+    assert CT._blocked(short, 1, (o, 256, *k), x, w) is None
     # the input gradient sums the output channels: narrow (any row) when fewer than 64; from
     # SHORT_ROWS_CHANNELS its rows are the input's in one stride class (15 // 2: under a block)
-    assert (_f_conv._blocked(short, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
+    assert (CT._blocked(short, 1, w.shape, g, w, input_grad=True) is None) == (o >= 64)
     strided = geom._replace(stride=(2, 2), in_shape=(n, c, h, 15))
-    assert _f_conv._blocked(strided, 1, (128, c, *k), g, w, input_grad=True) is not None
-    assert _f_conv._blocked(strided, 1, (256, c, *k), g, w, input_grad=True) is None
-    assert _f_conv._blocked(strided._replace(in_shape=(n, c, h, 16)), 1, (256, c, *k), g, w,
+    assert CT._blocked(strided, 1, (128, c, *k), g, w, input_grad=True) is not None
+    assert CT._blocked(strided, 1, (256, c, *k), g, w, input_grad=True) is None
+    assert CT._blocked(strided._replace(in_shape=(n, c, h, 16)), 1, (256, c, *k), g, w,
                             input_grad=True) is not None
 
 
@@ -465,10 +466,10 @@ def _strided_case(rng, c, o):
 
 @numba_only
 def test_blocked_kernels_read_non_contiguous_inputs(monkeypatch):
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1 << 30)
     geom, x, w, g = _strided_case(np.random.default_rng(9), 16, 32)
-    assert _f_conv._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert CT._blocked(geom, 1, w.shape, g, w, input_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
@@ -497,8 +498,8 @@ def _second_order_matches_torch(x, w, s, p):
 @pytest.mark.parametrize(("shape", "o", "k", "s", "p"),
                          [((2, 16, 7, 6), 16, 3, 1, 1), ((2, 3, 9, 10), 16, 4, 2, 1)])
 def test_blocked_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o, k, s, p):
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1 << 30)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1 << 30)
     rng = np.random.default_rng(10)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((o, shape[1], k, k))
@@ -525,15 +526,15 @@ def test_winograd_kernels_equal_the_numpy_reference(
     from tapegrad._kernels import conv_gemm  # noqa: PLC0415
 
     monkeypatch.setattr(conv_gemm, "PASS_MIN", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(_f_conv, "COLS_BUDGET", budget)
-    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
-    monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "COLS_BUDGET", budget)
+    monkeypatch.setattr(CT, "WINOGRAD_CHANNELS", 1)  # every 3x3 stride-1 layer
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "_fused", lambda *a, **k: None)
     rng = np.random.default_rng(5)
     geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
     b = rng.standard_normal(o).astype(dtype)
-    assert _f_conv._winograd(geom, 1, w.shape, x, w, b) is not None
+    assert CT._winograd(geom, 1, w.shape, x, w, b) is not None
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
 
 
@@ -554,20 +555,20 @@ def _only_3x3_stride_1_single_group(select, geom, x, wshape):
 def test_winograd_takes_wide_3x3_stride_1_layers_only():
     x = np.zeros((2, 64, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
-    assert _f_conv._winograd(geom, 1, (64, 64, 3, 3), x) is not None
-    assert _f_conv._winograd(geom, 1, (32, 64, 3, 3), x) is None  # 32 output channels
-    assert _f_conv._winograd(geom._replace(padding=((3, 3), (1, 1))), 1, (64, 64, 3, 3), x) is None
-    _only_3x3_stride_1_single_group(_f_conv._winograd, geom, x, (64, 64, 3, 3))
+    assert CT._winograd(geom, 1, (64, 64, 3, 3), x) is not None
+    assert CT._winograd(geom, 1, (32, 64, 3, 3), x) is None  # 32 output channels
+    assert CT._winograd(geom._replace(padding=((3, 3), (1, 1))), 1, (64, 64, 3, 3), x) is None
+    _only_3x3_stride_1_single_group(CT._winograd, geom, x, (64, 64, 3, 3))
 
 
 @numba_only
 def test_winograd_reads_non_contiguous_inputs(monkeypatch):
-    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
-    monkeypatch.setattr(_f_conv, "_blocked", lambda *a, **k: None)
-    monkeypatch.setattr(_f_conv, "_fused", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "_blocked", lambda *a, **k: None)
+    monkeypatch.setattr(CT, "_fused", lambda *a, **k: None)
     geom, x, w, g = _strided_case(np.random.default_rng(6), 6, 7)
-    assert _f_conv._winograd(geom, 1, w.shape, x, w) is not None
+    assert CT._winograd(geom, 1, w.shape, x, w) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
@@ -591,14 +592,14 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
     from tapegrad._kernels import conv_blocked  # noqa: PLC0415
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(11)
     geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
     b = rng.standard_normal(o).astype(dtype)
-    assert _f_conv._fused(geom, 1, w.shape, x, w, b) is not None
-    assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
-    assert _f_conv._fused(geom, 1, w.shape, g, x, weight_grad=True) is not None
+    assert CT._fused(geom, 1, w.shape, x, w, b) is not None
+    assert CT._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert CT._fused(geom, 1, w.shape, g, x, weight_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, b, g, geom, 1, dtype)
 
 
@@ -606,34 +607,34 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
 def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
     x = np.zeros((2, 32, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
-    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x) is not None
-    assert _f_conv._fused(geom, 1, (64, 8, 3, 3), x) is None  # sums 8 channels
-    assert _f_conv._fused(geom, 1, (40, 32, 3, 3), x) is None  # not whole blocks of 16
-    assert _f_conv._fused(geom, 1, (64, 32, 3, 3), x, input_grad=True) is not None
-    assert _f_conv._fused(geom, 1, (32, 40, 3, 3), x, input_grad=True) is None  # makes 40
-    assert _f_conv._fused(geom, 1, (8, 32, 3, 3), x, input_grad=True) is None  # sums 8
+    assert CT._fused(geom, 1, (64, 32, 3, 3), x) is not None
+    assert CT._fused(geom, 1, (64, 8, 3, 3), x) is None  # sums 8 channels
+    assert CT._fused(geom, 1, (40, 32, 3, 3), x) is None  # not whole blocks of 16
+    assert CT._fused(geom, 1, (64, 32, 3, 3), x, input_grad=True) is not None
+    assert CT._fused(geom, 1, (32, 40, 3, 3), x, input_grad=True) is None  # makes 40
+    assert CT._fused(geom, 1, (8, 32, 3, 3), x, input_grad=True) is None  # sums 8
     # the weight gradient: 16+ input channels in blocks of 8, output channels in blocks of 16
-    assert _f_conv._fused(geom, 1, (16, 16, 3, 3), x, weight_grad=True) is not None
-    assert _f_conv._fused(geom, 1, (16, 8, 3, 3), x, weight_grad=True) is None
-    assert _f_conv._fused(geom, 1, (16, 20, 3, 3), x, weight_grad=True) is None
-    assert _f_conv._fused(geom, 1, (24, 16, 3, 3), x, weight_grad=True) is None
-    _only_3x3_stride_1_single_group(_f_conv._fused, geom, x, (64, 32, 3, 3))
+    assert CT._fused(geom, 1, (16, 16, 3, 3), x, weight_grad=True) is not None
+    assert CT._fused(geom, 1, (16, 8, 3, 3), x, weight_grad=True) is None
+    assert CT._fused(geom, 1, (16, 20, 3, 3), x, weight_grad=True) is None
+    assert CT._fused(geom, 1, (24, 16, 3, 3), x, weight_grad=True) is None
+    _only_3x3_stride_1_single_group(CT._fused, geom, x, (64, 32, 3, 3))
 
 
 @numba_only
 def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     geom, x, w, g = _strided_case(np.random.default_rng(12), 16, 32)
-    assert _f_conv._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
+    assert CT._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
     _passes_match_reference(monkeypatch, x, w, None, g, geom, 1, np.float32)
 
 
 @pytest.mark.parametrize(("shape", "o", "p"), [((2, 16, 7, 6), 16, 1), ((1, 32, 6, 5), 16, 0)])
 def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o,
                                                                         p):
-    monkeypatch.setattr(_f_conv, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(13)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((o, shape[1], 3, 3))
@@ -642,8 +643,8 @@ def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypa
 
 @pytest.mark.parametrize(("shape", "o", "p"), [((2, 3, 7, 6), 5, 1), ((1, 4, 6, 5), 2, 0)])
 def test_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o, p):
-    monkeypatch.setattr(_f_conv, "WINOGRAD_CHANNELS", 1)
-    monkeypatch.setattr(_f_conv, "DIRECT_MAX", 0)
+    monkeypatch.setattr(CT, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((o, shape[1], 3, 3))
@@ -1011,3 +1012,68 @@ def test_gemm_conv_of_an_empty_batch_matches_torch():
     assert y.shape == tuple(ty.shape) == (0, 8, 4, 4)
     assert gx.shape == (0, 6, 9, 9)
     np.testing.assert_array_equal(gw.numpy(), np.zeros_like(w))
+
+
+POINTWISE_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, right)), dilation
+    ((5, 16, 1, 1), 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # ResNet-18 on a 1x1 map
+    ((5, 16, 1, 1), 24, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # its stride-2 entry
+    ((3, 8, 2, 2), 16, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1)),  # its 1x1 downsample
+    ((2, 8, 4, 5), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # a 1x1 layer: every pixel
+    ((2, 8, 5, 7), 6, (1, 1), (2, 3), ((0, 0), (0, 0)), (1, 1)),  # strided: zeros around
+    ((2, 4, 1, 3), 6, (3, 1), (1, 1), ((1, 1), (0, 0)), (1, 1)),  # one axis padded
+    ((2, 4, 1, 1), 6, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: the centre
+    ((3, 8, 2, 2), 16, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # one window: 2x2 of 3x3
+    ((2, 8, 4, 4), 6, (4, 4), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # DCGAN's last: 4x4 to 1x1
+    ((2, 4, 5, 1), 6, (1, 3), (1, 1), ((0, 0), (1, 1)), (1, 1)),  # a window across columns
+    ((2, 4, 5, 5), 6, (3, 3), (1, 1), ((0, 0), (0, 0)), (2, 2)),  # a dilated window
+    ((2, 4, 2, 4), 6, (3, 1), (2, 1), ((1, 1), (0, 0)), (1, 1)),  # window 2 rows, 4 pixels
+]
+
+
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), POINTWISE_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pointwise_convolutions_equal_the_reference(monkeypatch, shape, o, k, s, pad, d, dtype):
+    geom, x, w, g = _conv_case(np.random.default_rng(9), shape, o, k, s, pad, d, dtype)
+    b = np.random.default_rng(10).standard_normal(o).astype(dtype)
+    assert CT.taps(geom) is not None
+    for got, ref in [
+        (CT.pointwise_conv(x, w, b, geom, 1), _f_conv._conv2d_ref(x, w, b, geom, 1)),
+        (CT.pointwise_conv(x, w, None, geom, 1), _f_conv._conv2d_ref(x, w, None, geom, 1)),
+        (CT.pointwise_input_grad(g, w, geom, 1), _f_conv._input_grad_ref(g, w, geom, 1)),
+        (CT.pointwise_weight_grad(g, x, geom, 1, w.shape),
+         _f_conv._weight_grad_ref(g, x, geom, 1, w.shape)),
+    ]:
+        _close(got, ref, dtype)
+
+
+def test_pointwise_needs_one_tap_or_one_window():
+    def geom(hw, k, s, p, d=1):
+        ho = _f_conv.out_size(hw, k, s, (p, p), d)
+        return _f_conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (d, d), (ho, ho))
+
+    one = slice(0, 1, 1), slice(1, 2)
+    assert CT.taps(geom(1, 3, 1, 1)) == (one[0], one[0], one[1], one[1], True, True)
+    whole = slice(0, 2, 1), slice(1, 3)  # 3x3 stride 2 on 2x2: taps 1-2 read the input
+    assert CT.taps(geom(2, 3, 2, 1)) == (whole[0], whole[0], whole[1], whole[1], True, True)
+    assert CT.taps(geom(2, 3, 1, 1)) is None  # a 2x2 map to 2x2 reads through every tap
+    assert CT.taps(geom(4, 1, 1, 1)) is None  # a 1x1 kernel padded: the border reads zeros
+    every = slice(0, 5, 2), slice(0, 1)
+    assert CT.taps(geom(5, 1, 2, 0)) == (every[0], every[0], every[1], every[1], False, False)
+    x = np.zeros((1, 1, 1, 1), np.float32)
+    assert CT.pointwise_fits(geom(1, 3, 1, 1), 1, (1, 1, 3, 3), (x,), "conv")
+    assert not CT.pointwise_fits(geom(1, 3, 1, 1), 2, (1, 1, 3, 3), (x,), "conv")  # groups
+    assert CT.pointwise_prefer(geom(1, 3, 2, 1), 1, (1, 1, 3, 3), (x,), "conv")  # one pixel
+    assert not CT.pointwise_prefer(geom(5, 1, 2, 0), 1, (1, 1, 1, 1), (x,), "conv")
+
+
+@numba_only
+def test_a_1x1_map_takes_the_pointwise_gemm():
+    from tapegrad._kernels import registry  # noqa: PLC0415
+
+    x, w = np.ones((4, 64, 1, 1), np.float32), np.ones((64, 64, 3, 3), np.float32)
+    geom = _f_conv.Geom((4, 64, 1, 1), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
+    chosen = [i.name for i in registry.implementations("conv2d")
+              if i.fits(x, w, None, geom, 1) and i.prefer(x, w, None, geom, 1)]
+    assert chosen[0] == "pointwise"  # before the fused Winograd kernels
+    np.testing.assert_array_equal(_f_conv._conv2d_fwd(x, w, None, geom, 1), np.full(
+        (4, 64, 1, 1), 64, np.float32))

@@ -50,7 +50,7 @@ _DIGESTS: dict[Path, str] = {}
 # Modules with no compiled code: which kernel runs where, and how requests travel. Editing them
 # leaves every compiled kernel valid, so they stay out of the digest (a new digest compiles
 # every kernel again and removes the caches of running processes).
-NOT_COMPILED = frozenset({"registry.py", "table.py", "compiler.py"})
+NOT_COMPILED = frozenset({"registry.py", "table.py", "compiler.py", "conv_table.py"})
 
 
 def sources_digest(folder: Path) -> str:

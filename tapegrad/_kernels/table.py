@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import _kernels as _K
 from .._backend import np
-from .registry import register
+from .registry import register, tunable
 
 _USABLE = _K.usable
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -293,3 +293,17 @@ def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
 
 
 register("sgd", "loop", _sgd, "optim:sgd_step")
+
+
+# -- convolutions' strategies (conv_table.py): chosen by measurement per shape ---------------
+def _conv_strategies() -> None:
+    from . import conv_table as ct  # noqa: PLC0415 - numpy only
+
+    for op, p in ct.PASSES.items():
+        for name in ct.STRATEGIES:
+            fits, prefer = ct.predicates(name)
+            register(op, name, ct.adapt(fits, p), f"conv_table:{name}_{p}", ct.adapt(prefer, p))
+        tunable(op, reference=True)  # the reference: numpy's im2col + GEMM (nn/_f_conv.py)
+
+
+_conv_strategies()

@@ -5,26 +5,21 @@ matrix; a convolution is then one matrix product with the weights (batched over 
 col2im is its adjoint: it adds each window back where it came from (kh * kw strided adds, no
 ``np.add.at``). conv2d, its input gradient and its weight gradient are three primitives whose
 VJPs are each other, so everything built on them (conv1d, the transposed convolutions)
-differentiates to any order. Stride-1 convolutions up to ``DIRECT_MAX`` channel pairs per group
-run compiled direct kernels instead (``_direct``, ``_kernels/conv_direct.py``). With numba,
-single-group layers run register-blocked direct kernels (``_blocked``,
-``_kernels/conv_blocked.py``) when fewer than 64 channels are summed over, or, on two threads,
-with kernels larger than 1x1 and rows of at least a block; the remaining wide 3x3 stride-1
-layers run Winograd F(2x2, 3x3) (``_winograd``, ``_kernels/conv_winograd.py``), and the others
-with fewer than 64 channels per group (or short output rows), or stride 1, build pixel-major
-columns (``_pixel_major``, ``_kernels/conv_gemm.py``).
+differentiates to any order. These are the references: the compiled strategies (pointwise
+GEMMs, direct, Winograd, register-blocked and pixel-major kernels) are chosen among them by
+the kernel dispatcher, measured per shape (``_kernels/conv_table.py``, ``_kernels/registry.py``).
 """
 
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
-from .. import _kernels as K
 from .._amp import lower
 from .._autodiff import Primitive, apply, defprim
 from .._backend import np, xp_of
+from .._kernels.conv_table import chunks as _chunks
+from .._kernels.conv_table import part as _part
 from .._kernels.registry import dispatch
 from .._tensor import Tensor
 from ..ops import _shape as S
@@ -110,248 +105,9 @@ def _col2im(cols: Any, geom: Geom) -> Any:
 # All three work through the batch in chunks, so the columns of a few samples exist at a time.
 # --------------------------------------------------------------------------------------------
 
-COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
-
-
-def _chunks(geom: Geom, ckk: int, extra: int = 0, pixels: int = 1,
-            budget: int | None = None) -> list[tuple[int, int]]:
-    """Sample ranges whose columns (``ckk`` rows, Ho * Wo per sample), plus ``extra`` elements
-    of other per-sample scratch, fit the budget (COLS_BUDGET unless given); at least
-    ``pixels`` output pixels each."""
-    n = geom.in_shape[0]
-    hw = geom.out_hw[0] * geom.out_hw[1]
-    most = COLS_BUDGET if budget is None else budget
-    per = max(1, most // max(1, ckk * hw + extra), -(-pixels // max(1, hw)))
-    return [(i, min(n, i + per)) for i in range(0, n, per)]
-
-
-def _part(geom: Geom, n: int) -> Geom:
-    return geom._replace(in_shape=(n, *geom.in_shape[1:]))
-
-
-# (C / groups) * (O / groups) up to which stride-1 convolutions run direct. The direct kernels
-# run on one thread, the GEMM paths on numpy's BLAS threads: measured by wall time on 2 cores
-# (forward and both gradients, alternating in one process), direct wins on narrow layers (1 -> 8
-# at 28x28: 0.95 ms against 1.87 through the GEMM; 8 -> 16 at 13x13: 1.40 against 1.86) and
-# the pixel-major GEMM from 16 -> 32 at 8x8 (3.66 against 4.09 ms) up (32 -> 64 at 26x26: 45
-# against 61; 128 -> 128 at 14x14: 13.1 against 20.5).
-DIRECT_MAX = 256
-DIRECT_SMALL_OUTPUT = False  # whether outputs smaller than the kernel run direct (tests: True)
-
-
-def _direct(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
-    """The compiled direct-conv module when this convolution takes it, else None.
-
-    Stride 1 and up to DIRECT_MAX channel pairs per group: no columns, and the two halves of a
-    large batch run on two threads (measured: benchmarks/conv_kernels.py, benchmarks/kernels.py).
-    Not when the output plane is smaller than the kernel (a DCGAN generator's first layer, a 1x1
-    input under a 4x4 kernel): the direct input gradient then runs over planes padded by the
-    kernel's size for a few outputs, 8x slower than the GEMM (28 against 3.3 ms, 64x100x1x1
-    -> 128x4x4 forward and backward).
-    """
-    if (
-        geom.stride != (1, 1)
-        or wshape[0] * wshape[1] > DIRECT_MAX * groups
-        or (not DIRECT_SMALL_OUTPUT and (geom.out_hw[0] < geom.kernel[0] or geom.out_hw[1] < geom.kernel[1]))
-        or not K.usable(*arrays)
-    ):
-        return None
-    from .._kernels import conv_direct  # noqa: PLC0415
-
-    return conv_direct
-
-
-# Input and output channels (each) from which 3x3 stride-1 convolutions run Winograd F(2x2, 3x3)
-# (_kernels/conv_winograd.py). Forward and both gradients of one layer by wall time, alternating
-# in one process against the pixel-major GEMM: 128 -> 128 at 14x14 (batch 8) 6.8 / 7.0 / 7.0
-# against 7.5 / 6.9 / 8.2 ms, 64 -> 64 at 28x28 6.8 / 6.9 / 8.3 against 10.1 / 8.2 / 10.1; on
-# narrower layers its transforms cost more than the products it saves (16 -> 32 at 8x8: 2.7 /
-# 2.9 / 2.5 against 2.0 / 1.7 / 2.7; 32 -> 64 at 26x26: 23 / 30 / 26 against 22 / 15 / 24).
-# The blocked kernels, tried first, take these layers when they run on two threads.
-WINOGRAD_CHANNELS = 64
-
-
-def _winograd(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
-    """The compiled Winograd module when this convolution takes it, else None: a 3x3 kernel,
-    stride and dilation 1, one group, paddings of at most 2 (the input gradient pads by 2 - p),
-    and at least WINOGRAD_CHANNELS input and output channels."""
-    if (
-        geom.kernel != (3, 3)
-        or geom.stride != (1, 1)
-        or geom.dilation != (1, 1)
-        or groups != 1
-        or min(wshape[0], wshape[1]) < WINOGRAD_CHANNELS
-        or max(max(p) for p in geom.padding) > 2
-        or not K.usable(*arrays)
-    ):
-        return None
-    from .._kernels import conv_winograd  # noqa: PLC0415
-
-    return conv_winograd
-
-
-# Channels summed over (C for the forward and the weight gradient, O for the input gradient) from
-# which 3x3 stride-1 layers run the fused Winograd kernels (conv_winograd.fused*, generated in
-# conv_blocked: wfwd, wgradw). Forward / input gradient / weight gradient on two threads, ms,
-# against the paths they replace (blocked, Winograd through GEMMs) and PyTorch, alternating in
-# one process: 128 -> 128 at 14x14 (batch 8) 1.50 / 1.37 / 1.58 against 2.58 / 2.54 / 2.68
-# (PyTorch 1.97 / 2.01 / 2.32); 64 -> 64 at 28x28 1.43 / 1.41 / 1.65 against 2.77 / 2.79 / 3.05
-# (2.06 / 2.14 / 2.26); mnist's 32 -> 64 at 26x26 (batch 64, no padding) 4.8 / 6.5 / 6.7
-# against 6.8 / 10.5 / 9.0 (6.8 / 7.4 / 7.7); CLIP's 16 -> 32 at 8x8 (batch 128) 0.37 / 0.44 /
-# 0.54 against 0.53 / 0.62 / 0.79 (0.37 / 0.41 / 0.45). The direct kernels, tried first, keep
-# layers of up to DIRECT_MAX channel pairs (16 -> 16 at 32x32: 1.8 ms either way).
-FUSED_CHANNELS = 16
-
-
-def _fused(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
-           input_grad: bool = False, weight_grad: bool = False) -> Any:
-    """The compiled Winograd module when its fused kernels serve this convolution's forward (or
-    ``input_grad``: its input gradient): a 3x3 kernel, stride and dilation 1, one group, at
-    least FUSED_CHANNELS channels summed, and the channels made a multiple of the kernel's
-    block (16); for the ``weight_grad`` (whose sums run over the tiles) at least FUSED_CHANNELS
-    input channels, in blocks of 8, and output channels in blocks of 16."""
-    if geom.kernel != (3, 3) or geom.stride != (1, 1) or geom.dilation != (1, 1) or groups != 1:
-        return None
-    o, c = wshape[:2]
-    if weight_grad:
-        fits = c >= FUSED_CHANNELS and c % 8 == 0 and o % 16 == 0
-    else:
-        summed, made = (o, c) if input_grad else (c, o)
-        fits = summed >= FUSED_CHANNELS and made % 16 == 0
-    if not fits or not K.usable(*arrays):
-        return None
-    from .._kernels import conv_winograd  # noqa: PLC0415
-
-    return conv_winograd
-
-
-def _wino_chunks(wg: Any, geom: Geom, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Winograd's chunks: its per-sample scratch (V, M and the channels-last copies) within the
-    columns' budget."""
-    return _chunks(geom, 0, wg.per_sample(geom, wshape[1], wshape[0]))
-
-
-# Channels summed over from which the gradients of wide layers count their rows as the blocks
-# see them: the weight gradient's output rows, the input gradient's input rows in one stride
-# class (below, any weight gradient and the input gradient's whole rows qualify), so short
-# rows leave the blocks for the GEMMs. DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4 (rows of
-# 4): input / weight gradient 35.7 / 42.0 ms blocked, 27.0 / 30.9 through the GEMM; at ngf 16
-# (64 -> 128) 1.91 / 2.40 against 1.93 / 2.14, while the GEMM's columns raised (h)'s peak
-# memory by about 0.8 MB, to PyTorch's.
-SHORT_ROWS_CHANNELS = 256
-
-
-def _blocked(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any,
-             input_grad: bool = False, forward: bool = False) -> Any:
-    """The compiled register-blocked module (_kernels/conv_blocked.py) when it serves this
-    convolution's weight gradient (``forward``: its forward; ``input_grad``: its input
-    gradient)."""
-    if not K.usable(*arrays):
-        return None
-    from .._kernels import conv_blocked as cb  # noqa: PLC0415
-
-    take = cb.takes_input_grad if input_grad else cb.takes
-    macs = geom.in_shape[0] * wshape[0] * wshape[1] * wshape[2] * wshape[3] * math.prod(
-        geom.out_hw)
-    # the pixels in a row of blocks: the output's for the forward and the weight gradient (its
-    # sums run along them), for the input gradient the input's in one stride class
-    wide = wshape[0 if input_grad else 1] >= SHORT_ROWS_CHANNELS
-    if input_grad:
-        row = geom.in_shape[3] // (geom.stride[1] if wide else 1)
-    else:
-        row = geom.out_hw[1] if forward or wide else cb.P
-        if (forward and 2 * row == cb.P and geom.out_hw[0] > 1 and not wide
-                and not cb.channel_first(geom, wshape[1])):
-            row = cb.P  # the channels-last forward's blocks take two rows of half a block
-    return cb if take(groups, wshape[1], wshape[0], wshape[2] * wshape[3], macs, row) else None
-
-
-PIXEL_MAJOR_CHANNELS = 64  # C / groups below which (or Wo below 8) columns are pixel-major
-# Column length (C / groups * kh * kw) from which strided layers build pixel-major columns too:
-# channel-first chunks then hold at most 256 pixels (the budget over the column length), a
-# pixel-major chunk at least GEMM_ROWS. As PyTorch's time over tapegrad's (forward / input
-# gradient / weight gradient, alternating in one process, AMD Zen3, batch 64), channel-first
-# against pixel-major: DCGAN ngf 64's 64 -> 128 4x4 stride 2 to 16x16 (1024 long) 0.56 / 0.73
-# / 0.73 against 0.70 / 0.93 / 1.09, 128 -> 256 to 8x8 0.73 / 0.78 / 0.67 against 0.93 / 0.75
-# / 1.00; (i)'s 64 -> 128 3x3 stride 2 (576 long, batch 16) 0.62 / 0.83 / 0.64 against 0.68 /
-# 0.63 / 0.56.
-PIXEL_MAJOR_COLUMNS = 1024
-
-
-def _pixel_major(geom: Geom, groups: int, wshape: tuple[int, ...], *arrays: Any) -> Any:
-    """The compiled pixel-major (NHWC) im2col + GEMM module when it serves this convolution.
-
-    Its runs are kw * C/G channels long and cost two transposes (input in, output out); the
-    channel-first columns' runs are Wo long. Measured (one core, CPU time, forward + both
-    gradients): pixel-major 1.1-1.5x faster on every (h) and (e) layer (C/G <= 64, or Wo = 4),
-    channel-first 1.2x faster on (i)'s 64- and 128-channel layers at 14 and 28 pixels wide
-    (strided layers with columns of PIXEL_MAJOR_COLUMNS and more: pixel-major).
-    By wall time on 2 cores, stride-1 layers of 64 or more channels are faster pixel-major too
-    (128 -> 128 at 14x14: 13.1 against 14.2 ms; 64 -> 64: 3.9 against 4.2), the strided ones
-    channel-first ((i)'s 64 -> 128 s2: 6.8 against 8.1 ms, its 1x1 s2: 1.3 against 2.1).
-    """
-    wide = wshape[1] >= PIXEL_MAJOR_CHANNELS and geom.out_hw[1] >= 8
-    long = wshape[1] * wshape[2] * wshape[3] >= PIXEL_MAJOR_COLUMNS
-    if (wide and geom.stride != (1, 1) and not long) or not K.usable(*arrays):
-        return None
-    from .._kernels import conv_gemm  # noqa: PLC0415
-
-    return conv_gemm
-
-
-# Output pixels (GEMM rows) per chunk of the pixel-major path, past the budget where needed:
-# OpenBLAS runs a 64 x 4096 x 512 product at 133 GFLOP/s on two cores, 256 x 4096 x 512 at
-# 152, 1024 x 4096 x 512 at 187. DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4 (4 samples of
-# 16 pixels a chunk in the budget) forward / input gradient / weight gradient: 41.9 / 31.5 /
-# 55.5 ms at 64 rows, 27.3 / 27.0 / 30.9 at 256 (PyTorch 18.8 / 20.7 / 24.3). More rows make
-# fewer, longer sums in the weight gradient's products and let a chunk's copying passes run in
-# two halves (conv_gemm.PASS_MIN): its 64 -> 128 to 16x16 (1024 long), batch 64, forward /
-# input gradient / weight gradient 40.4 / 39.1 / 52.4 ms at 256 rows, 35.0 / 39.6 / 42.6 at
-# 1024 (PyTorch 36.0 / 36.7 / 39.9). Its columns count against peak memory: (h)'s step (ngf
-# 16) rose by 34.8 MB at 256 rows, 36.7 at 512, 39.7 at 1024 (PyTorch 38.1).
-GEMM_ROWS = 512
-
-
-def _pm_chunks(pm: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> list[tuple[int, int]]:
-    """The pixel-major path's chunks: its channels-last input copy counts against the budget, so
-    its temporaries stay within the channel-first path's, unless a chunk would have fewer than
-    GEMM_ROWS output pixels."""
-    hp, wp = pm.padded_hw(geom)
-    return _chunks(geom, wshape[1] * wshape[2] * wshape[3] * groups, geom.in_shape[1] * hp * wp,
-                   GEMM_ROWS)
-
-
-def _compiled(strategies: Any, reference: Any, *args: Any) -> Any:
-    """``strategies(*args)``: the compiled path this convolution takes, or None; the numpy
-    ``reference(*args)`` when none fits or while the one that fits is compiling (NotReady)."""
-    try:
-        out = strategies(*args)
-    except K.NotReady:
-        out = None
-    return reference(*args) if out is None else out
-
 
 def _conv2d_fwd(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
-    return _compiled(_conv2d_kernels, _conv2d_ref, x, w, b, geom, groups)
-
-
-def _conv2d_kernels(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
-    direct = _direct(geom, groups, w.shape, x, w, b)
-    if direct is not None:
-        return direct.direct(x, w, b, geom, groups)
-    fw = _fused(geom, groups, w.shape, x, w, b)
-    if fw is not None:
-        return fw.fused_conv(x, w, b, geom)
-    bl = _blocked(geom, groups, w.shape, x, w, b, forward=True)
-    if bl is not None:
-        return bl.conv(x, w, b, geom)
-    wg = _winograd(geom, groups, w.shape, x, w, b)
-    if wg is not None:
-        return wg.conv(x, w, b, geom, _wino_chunks(wg, geom, w.shape))
-    pm = _pixel_major(geom, groups, w.shape, x, w, b)
-    if pm is not None:
-        return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
-    return None
+    return dispatch("conv2d", _conv2d_ref, x, w, b, geom, groups)  # _kernels/conv_table.py
 
 
 def _conv2d_ref(x: Any, w: Any, b: Any, geom: Geom, groups: int) -> Any:
@@ -389,26 +145,7 @@ def _pack(g: Any, groups: int) -> Any:
 
 def _input_grad_fwd(g: Any, w: Any, geom: Geom, groups: int) -> Any:
     """The gradient of conv2d for its input: the columns ``w^T g``, added back by col2im."""
-    return _compiled(_input_grad_kernels, _input_grad_ref, g, w, geom, groups)
-
-
-def _input_grad_kernels(g: Any, w: Any, geom: Geom, groups: int) -> Any:
-    direct = _direct(geom, groups, w.shape, g, w)
-    if direct is not None:
-        return direct.direct_input_grad(g, w, geom, groups)
-    fw = _fused(geom, groups, w.shape, g, w, input_grad=True)
-    if fw is not None:
-        return fw.fused_input_grad(g, w, geom)
-    bl = _blocked(geom, groups, w.shape, g, w, input_grad=True)
-    if bl is not None:
-        return bl.input_grad(g, w, geom)
-    wg = _winograd(geom, groups, w.shape, g, w)
-    if wg is not None:
-        return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
-    pm = _pixel_major(geom, groups, w.shape, g, w)
-    if pm is not None:
-        return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
-    return None
+    return dispatch("conv2d_input_grad", _input_grad_ref, g, w, geom, groups)
 
 
 def _input_grad_ref(g: Any, w: Any, geom: Geom, groups: int) -> Any:
@@ -424,27 +161,7 @@ def _input_grad_ref(g: Any, w: Any, geom: Geom, groups: int) -> Any:
 
 def _weight_grad_fwd(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
     """The gradient of conv2d for its weight: ``g`` times the columns of ``x``, summed."""
-    return _compiled(_weight_grad_kernels, _weight_grad_ref, g, x, geom, groups, wshape)
-
-
-def _weight_grad_kernels(g: Any, x: Any, geom: Geom, groups: int,
-                         wshape: tuple[int, ...]) -> Any:
-    direct = _direct(geom, groups, wshape, g, x)
-    if direct is not None:
-        return direct.direct_weight_grad(g, x, geom, groups, wshape)
-    fw = _fused(geom, groups, wshape, g, x, weight_grad=True)
-    if fw is not None:
-        return fw.fused_weight_grad(g, x, geom, wshape)
-    bl = _blocked(geom, groups, wshape, g, x)
-    if bl is not None:
-        return bl.weight_grad(g, x, geom, wshape)
-    wg = _winograd(geom, groups, wshape, g, x)
-    if wg is not None:
-        return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
-    pm = _pixel_major(geom, groups, wshape, g, x)
-    if pm is not None:
-        return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
-    return None
+    return dispatch("conv2d_weight_grad", _weight_grad_ref, g, x, geom, groups, wshape)
 
 
 def _weight_grad_ref(g: Any, x: Any, geom: Geom, groups: int, wshape: tuple[int, ...]) -> Any:
