@@ -13,16 +13,15 @@ The same blocks serve Winograd F(2x2, 3x3) for 3x3 stride-1 layers (``wfwd``, ``
 the 16 products of a group of tiles summed over the channels, its transforms in cache.
 
 numba has no register arrays: an array of sums lives in memory, and the loop then does a load
-and a store per multiply-add (4-10 GFLOP/s measured). The kernels are therefore written out
-with one scalar per sum, generated from a template for the machine's vector width
-(``_source``), and compiled with LLVM's SLP vectorizer on (numba leaves it off by default;
-without it the same code ran scalar, 7-12 GFLOP/s), which packs each pixel's ``OB`` sums into
-vector registers: 96-115 GFLOP/s on one core of the AVX-512 machine, its peak. The generated
-module is written into the kernel cache folder once and imported from there, so numba caches
-its machine code like any other kernel's (float64 compiles only when used). Written out, a
-kernel is thousands of statements, and numba's front end (SSA, type inference, lowering) takes
-most of its compile time in proportion to them: 5-20 s a kernel (docs/design.md, "Compile
-budget"; ``tests/test_compile_budget.py`` holds them to a budget).
+and a store per multiply-add (4-10 GFLOP/s measured). A block's sums are therefore one value,
+a tuple of LLVM vectors of ``OB`` sums (``Row``), which intrinsics load, update and store a
+block a call (``block_fma``, ``block_put``, ...); SROA keeps them in registers: 96-115 GFLOP/s on
+one core of the AVX-512 machine, its peak. The kernels are generated from templates for the
+machine's vector width (``_source``), written once into the kernel cache folder and imported
+from there, so numba caches their machine code like any other kernel's (float64 compiles only
+when used). Written out a statement a sum (as they first were, scalars for LLVM's SLP vectorizer
+to pack), a kernel was thousands of statements and 6-20 s of compile; a call a block, 0.6-1.9 s
+(docs/design.md, "Compile budget"; ``tests/test_compile_budget.py`` holds them to a budget).
 
 Each kernel has a parallel twin (``*_par``: its rows, or weight-gradient blocks, in one
 contiguous chunk per numba thread, exactly the serial result at any thread count), used from
@@ -627,6 +626,16 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
     return out
 
 
+def _wpatch_source() -> str:
+    """``wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z, a0,
+    a1)``: ``_patches`` for ``wfwd`` (a0, a1 = 0, 4) and ``wgradw``, a function of its own
+    (``HELPERS``): compiled once, not in each kernel."""
+    out = ["def wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z, a0,",
+           "           a1):"]
+    out += _patches("4", "vb = U(c * tg + ia)", "vq + U(({a} - a0) * 4) * vp", rows=True)
+    return "\n".join(out) + "\n"
+
+
 def _wfwd_source(p: int, ob: int) -> str:
     """``wfwd(x, u, b, y, pt, pl, tg, g0, g1)``: Winograd F(2x2, 3x3) on the channel-first
     arrays as they are: groups g0 .. g1 of ``tg`` output tiles (2x2 pixels each, numbered
@@ -663,11 +672,13 @@ def _wfwd_source(p: int, ob: int) -> str:
         f"    ot = np.empty({4 * ob}, yf.dtype)",
         "    oplane = U(ho * wo)",
         "    zr = np.zeros(w_, yf.dtype)",
+        "    zero = np.int64(0)",
         "    for gi in range(g0, g1):",
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "vq + U({a4}) * vp")
+    out += ["        wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z,",
+            "               zero, zero + 4)"]
     out += [
         f"        for ob in range(0, o_, {ob}):",
         "            for p in range(16):",
@@ -740,7 +751,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
     disjoint sums, no transform done twice."""
     out = [
         "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1):",
-        f"    tg = {tg}",
+        f"    tg = np.int64({tg})  # a variable, not a literal: wpatch compiles once for both",
         "    m_, c_, h_, w_ = x.shape",
         "    _, o_, ho, wo = g.shape",
         "    th = (ho + 1) // 2",
@@ -767,7 +778,8 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "vq + U(({a} - a0) * 4) * vp", rows=True)
+    out += ["        wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z,",
+            "               a0, a1)"]
     out += [
         "        for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
         "            t = t0 + i",
@@ -825,7 +837,8 @@ def _source(p: int, pc: int, ob: int) -> str:
     body = "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
          _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
-         _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE, _SAMPLE_SOURCE)
+         _wpatch_source(), _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE,
+         _SAMPLE_SOURCE)
     )
     # U(<literal>) as a module constant, typed once: numba types every call of U on its own
     # (the calls were a third of the kernels' typing, and compile time follows its length)
@@ -1066,6 +1079,8 @@ def _import(p: int, pc: int, ob: int) -> Any:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # numba's cache finds the kernels' globals through it
     spec.loader.exec_module(mod)
+    for name in HELPERS:  # compiled when a kernel calling them is, within its settings
+        setattr(mod, name, jit(fastmath={"contract"}, ieee=True)(getattr(mod, name)))
     return mod
 
 
@@ -1085,6 +1100,9 @@ def _write(where: str, base: str, src: str) -> str:
     return path
 
 
+# Functions of the generated module that kernels call, compiled on their own (once for all
+# their callers, each dtype).
+HELPERS = ("wpatch",)
 _KERNELS: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 _BUILDING: set[tuple[str, str]] = set()  # kernels a thread is making (background mode)
@@ -1110,9 +1128,9 @@ def _kernel(name: str, dtype: Any, parallel: bool = False, wait: bool = False) -
     ``parallel``, its parallel twin (which compiles the serial kernel first).
 
     In the ``background`` compile mode (``runtime``) a kernel not made yet raises ``NotReady``
-    (the convolution's reference runs) while a thread of this process makes it: these kernels
-    compile here, not in the compiler process, whose build of them ran 5x slower (the Conv2d
-    model's step 163 against 27 ms, AMD Zen 4; cause not found)."""
+    (the convolution's reference runs) while a thread of this process makes it: the compiler
+    process finds kernels by module and name, and these are made by this call
+    (docs/design.md, "Compile budget")."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:
