@@ -24,17 +24,20 @@ from tools.compile_times import llvm_instructions
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
 # Calibrated on the 2-core AMD EPYC (Zen 4, family 25 model 17, AVX-512) machine with
-# tools/compile_times.py, a kernel's own CPU seconds from an empty cache (docs/design.md,
-# "Compile budget"): a kernel compiles in about 0.55 ms a line of its optimised LLVM IR, plus
-# numba's front end, about 0.5 ms a bytecode instruction. The budgets are where that reaches
-# 2 s.
+# tools/compile_times.py, a kernel's own CPU seconds from an empty cache at a load of 13-16
+# (docs/design.md, "Compile budget"): the generated kernels at 540-1,130 bytecode instructions
+# and 1,600-4,700 LLVM instructions compiled in 0.7-1.9 s each; the budgets leave a margin
+# below 2 s.
 # Bytecode instructions of a kernel module's function (the largest, conv_direct._wgrad: 1,100).
 BYTECODE_BUDGET = 1500
 # The generated convolution kernels: 540-1,130 today, from 3,600-5,800 when the sums of a
 # block were written out one statement each (4,400-16,800 before that).
 GENERATED_BUDGET = 1300
-# Instructions of a generated kernel's optimised LLVM IR, wrappers included (3,600: 2 s).
-LLVM_BUDGET = 3600
+# Instructions of a generated kernel's optimised LLVM IR, wrappers and the helpers it links in
+# included: 1,600-4,700 today (the Winograd kernels the most, with the 1,400 of their shared
+# input transform, compiled once), 0.7-1.9 s; written a statement a sum they had 1,500-4,500 in
+# 5.6-7.8 s, so this measure alone does not see that growth: the bytecode budget does.
+LLVM_BUDGET = 5000
 
 
 def _bytecode(fn):
