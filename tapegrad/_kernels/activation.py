@@ -4,7 +4,8 @@
 product that promotes it; here one loop reads ``g`` and the saved output and writes the
 gradient, the same values (``g * 0`` where the output is not positive, so a NaN gradient stays
 NaN as in the reference). ``leaky_relu_grad``: ``g`` where the output is positive, else
-``slope * g``, in one pass. Imported only when numba is selected.
+``slope * g``, in one pass. The arrays go in flat (views): one compile a dtype, whatever the
+rank. Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _relu_grad_par(g, y, out):  # type: ignore[no-untyped-def]
 def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)`` for C-contiguous ``g`` and ``y`` of one shape."""
     out = np.empty_like(g)
-    run(_relu_grad, _relu_grad_par, out.size, g, y, out)
+    run(_relu_grad, _relu_grad_par, out.size, g.reshape(-1), y.reshape(-1), out.reshape(-1))
     return out
 
 
@@ -69,7 +70,8 @@ def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
     """``g if y > 0 else slope * g`` for C-contiguous ``g`` and the saved output ``y`` (positive
     exactly where the input is, for a slope >= 0) of one shape and dtype."""
     out = np.empty_like(g)
-    run(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g, y, out, g.dtype.type(slope))
+    run(_leaky_relu_grad, _leaky_relu_grad_par, out.size, g.reshape(-1), y.reshape(-1),
+        out.reshape(-1), g.dtype.type(slope))
     return out
 
 

@@ -14,14 +14,13 @@ from typing import Any
 from .runtime import compile_lock
 
 
-def _kernel(recipe: tuple[str, str, tuple[Any, ...]]) -> Any:
-    """The dispatcher a request names: a module-level kernel, or the call that makes one."""
-    _, target, args = recipe
+def _kernel(target: str) -> Any:
+    """The dispatcher a request names (``module:name``, a module-level kernel)."""
     module, _, name = target.partition(":")
     obj: Any = importlib.import_module(module)
     for part in name.split("."):
         obj = getattr(obj, part)
-    return obj(*args) if args else obj
+    return obj
 
 
 def main() -> None:
@@ -33,9 +32,9 @@ def main() -> None:
     except OSError:
         pass
     for line in sys.stdin.buffer:
-        rid, recipe, types = pickle.loads(base64.b64decode(line))
+        rid, target, types = pickle.loads(base64.b64decode(line))
         try:
-            kernel = _kernel(recipe)
+            kernel = _kernel(target)
             with compile_lock(kernel, types):  # another process may have it: load that
                 if types not in kernel.overloads:  # declared signatures compiled on creation
                     kernel.compile(types)

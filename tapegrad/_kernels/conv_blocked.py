@@ -13,16 +13,15 @@ The same blocks serve Winograd F(2x2, 3x3) for 3x3 stride-1 layers (``wfwd``, ``
 the 16 products of a group of tiles summed over the channels, its transforms in cache.
 
 numba has no register arrays: an array of sums lives in memory, and the loop then does a load
-and a store per multiply-add (4-10 GFLOP/s measured). The kernels are therefore written out
-with one scalar per sum, generated from a template for the machine's vector width
-(``_source``), and compiled with LLVM's SLP vectorizer on (numba leaves it off by default;
-without it the same code ran scalar, 7-12 GFLOP/s), which packs each pixel's ``OB`` sums into
-vector registers: 96-115 GFLOP/s on one core of the AVX-512 machine, its peak. The generated
-module is written into the kernel cache folder once and imported from there, so numba caches
-its machine code like any other kernel's (float64 compiles only when used). Written out, a
-kernel is thousands of statements, and numba's front end (SSA, type inference, lowering) takes
-most of its compile time in proportion to them: 5-20 s a kernel (docs/design.md, "Compile
-budget"; ``tests/test_compile_budget.py`` holds them to a budget).
+and a store per multiply-add (4-10 GFLOP/s measured). A block's sums are therefore one value,
+a tuple of LLVM vectors of ``OB`` sums (``Row``), which intrinsics load, update and store a
+block a call (``block_fma``, ``block_put``, ...); SROA keeps them in registers: 96-115 GFLOP/s on
+one core of the AVX-512 machine, its peak. The kernels are generated from templates for the
+machine's vector width (``_source``), written once into the kernel cache folder and imported
+from there, so numba caches their machine code like any other kernel's (float64 compiles only
+when used). Written out a statement a sum (as they first were, scalars for LLVM's SLP vectorizer
+to pack), a kernel was thousands of statements and 6-20 s of compile; a call a block, 0.6-1.9 s
+(docs/design.md, "Compile budget"; ``tests/test_compile_budget.py`` holds them to a budget).
 
 Each kernel has a parallel twin (``*_par``: its rows, or weight-gradient blocks, in one
 contiguous chunk per numba thread, exactly the serial result at any thread count), used from
@@ -55,6 +54,10 @@ import tempfile
 import threading
 from typing import Any
 
+from llvmlite import ir as llir
+from numba import types
+from numba.extending import intrinsic, models, register_model
+
 from .._backend import np
 from . import NotReady, cache_dir, jit, numba
 from .conv_gemm import _nhwc, padded_hw
@@ -81,27 +84,229 @@ P = 8 if _vector_floats() == 16 else 4  # output pixels per forward block
 PC = P  # input channels per weight-gradient block
 
 
-def _sums(prefix: str, rows: int, cols: int, value: str) -> list[str]:
-    return ["; ".join(f"{prefix}{r}_{j} = {value}" for j in range(cols)) for r in range(rows)]
+# A block's sums are one value: a tuple of k rows (pixels or input channels), each the OB
+# output channels' sums as one LLVM vector (``Row``), which the intrinsics below load, update
+# and store a block a call. numba then types and lowers a handful of calls a block, where a
+# statement a sum (as the kernels were first written, scalars for LLVM's SLP vectorizer to pack)
+# made them 4,400-16,800 bytecode instructions and 6-20 s of CPU to compile each; LLVM, given the
+# vectors, no longer searches for them. Each sum takes the same operations in the same order
+# (``a + x * w``, fused to one multiply-add under the kernels' ``contract`` flag, which their
+# float operations take): the results are those of the scalar code bit for bit. Indices are
+# element offsets into 1-d C-contiguous arrays, unchecked, as the kernels' own indexing is.
+class Row(types.Type):
+    """OB values of ``dtype`` in one LLVM vector."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+        super().__init__(name=f"Row({dtype} x {OB})")
 
 
-def _step(k: int, ob: int, ind: str, wc: str, x: str, per: int = 0) -> list[str]:
-    """One step of the reduction: ``ob`` weights from ``wc`` on, then for each of ``k`` pixels
-    its input ``x`` (formatted with the pixel ``i``, and for blocks of rows of ``per`` pixels
-    its row ``r`` and column ``q``) times the weights into its sums."""
-    lines = [ind + wc, ind + "; ".join(f"w{j} = wf[wc + U({j})]" for j in range(ob))]
-    per = per or k
-    for i in range(k):
-        lines.append(ind + f"x{i} = " + x.format(i=i, r=i // per, q=i % per))
-        lines.append(ind + "; ".join(f"a{i}_{j} += x{i} * w{j}" for j in range(ob)))
-    return lines
+@register_model(Row)
+class _RowModel(models.PrimitiveModel):
+    def __init__(self, dmm: Any, fe_type: Any) -> None:
+        be = llir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), OB)
+        super().__init__(dmm, fe_type, be)
 
 
-def _store(k: int, ob: int, ind: str, dst: str, value: str = "a{i}_{j}") -> list[str]:
-    """The ``k`` x ``ob`` sums (``value``) written to ``dst`` (both formatted with pixel ``i``,
-    channel ``j``; ``dst`` also with their offset ``o`` = i * ob + j in a block's scratch)."""
-    return [ind + "; ".join(f"{dst.format(i=i, j=j, o=i * ob + j)} = {value.format(i=i, j=j)}"
-                            for j in range(ob)) for i in range(k)]
+def _is_block(t: Any) -> bool:
+    return isinstance(t, types.UniTuple) and isinstance(t.dtype, Row)
+
+
+def _flat(arr: Any) -> bool:
+    return isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+
+
+def _ints(*ts: Any) -> bool:
+    return all(isinstance(t, types.Integer) for t in ts)
+
+
+def _addr(context: Any, builder: Any, sig: Any, args: Any, n: int) -> Any:
+    """The data pointer of array argument 0 and integer arguments 1 .. n - 1 as intp."""
+    data = context.make_array(sig.args[0])(context, builder, args[0]).data
+    return data, [context.cast(builder, args[i], sig.args[i], types.intp) for i in range(1, n)]
+
+
+def _elem(context: Any, builder: Any, data: Any, *terms: Any) -> Any:
+    """The address of element ``sum(terms)`` (each a value or a (value, constant) product)."""
+    at = None
+    for t in terms:
+        if isinstance(t, tuple) and t[1] == 0:
+            continue
+        v = builder.mul(t[0], context.get_constant(types.intp, t[1])) if isinstance(t, tuple) else t
+        at = v if at is None else builder.add(at, v)
+    return builder.gep(data, [at if at is not None else context.get_constant(types.intp, 0)],
+                       inbounds=True)
+
+
+def _splat(builder: Any, vt: Any, x: Any) -> Any:
+    v = builder.insert_element(llir.Constant(vt, llir.Undefined), x, llir.Constant(llir.IntType(32), 0))
+    return builder.shuffle_vector(v, llir.Constant(vt, llir.Undefined),
+                                  llir.Constant(llir.VectorType(llir.IntType(32), OB), [0] * OB))
+
+
+def _vload(context: Any, builder: Any, vt: Any, ptr: Any, dtype: Any) -> Any:
+    align = context.get_abi_sizeof(context.get_data_type(dtype))
+    return builder.load(builder.bitcast(ptr, vt.as_pointer()), align=align, typ=vt)
+
+
+def _vstore(context: Any, builder: Any, v: Any, ptr: Any, dtype: Any) -> None:
+    align = context.get_abi_sizeof(context.get_data_type(dtype))
+    builder.store(v, builder.bitcast(ptr, v.type.as_pointer()), align=align)
+
+
+@intrinsic
+def row_zero(typingctx: Any, z: Any) -> Any:
+    """A row of OB copies of ``z``."""
+    sig = Row(z)(z)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return _splat(builder, context.get_value_type(sig.return_type), args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def row_load(typingctx: Any, arr: Any, at: Any) -> Any:
+    """``arr[at : at + OB]`` as a row."""
+    if not (_flat(arr) and _ints(at)):
+        return None
+    sig = Row(arr.dtype)(arr, at)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at,) = _addr(context, builder, sig, args, 2)
+        vt = context.get_value_type(sig.return_type)
+        return _vload(context, builder, vt, _elem(context, builder, data, at), sig.args[0].dtype)
+
+    return sig, codegen
+
+
+def _fma(context: Any, builder: Any, sig: Any, acc: Any, w: Any, x: Any) -> Any:
+    """Row i of ``acc`` plus ``x(i)``'s value times the row ``w`` (``a += x * w`` for each)."""
+    vt = w.type
+    rows = [builder.fadd(builder.extract_value(acc, i),
+                         builder.fmul(_splat(builder, vt, builder.load(x(i))), w))
+            for i in range(sig.return_type.count)]
+    return context.make_tuple(builder, sig.return_type, rows)
+
+
+@intrinsic
+def block_fma(typingctx: Any, arr: Any, at: Any, step: Any, acc: Any, w: Any) -> Any:
+    """``acc[i] + arr[at + i * step] * w`` for each row i of ``acc``."""
+    if not (_flat(arr) and _ints(at, step) and _is_block(acc) and acc.dtype == w
+            and w.dtype == arr.dtype):
+        return None
+    sig = acc(arr, at, step, acc, w)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at, step) = _addr(context, builder, sig, args, 3)
+        return _fma(context, builder, sig, args[3], args[4],
+                    lambda i: _elem(context, builder, data, at, (step, i)))
+
+    return sig, codegen
+
+
+@intrinsic
+def block_fma2(typingctx: Any, arr: Any, at: Any, step: Any, rowstep: Any, acc: Any,
+               w: Any) -> Any:
+    """``block_fma`` for a block of two rows of pixels: pixel i (of k) at ``at + (i // (k //
+    2)) * rowstep + (i % (k // 2)) * step``."""
+    if not (_flat(arr) and _ints(at, step, rowstep) and _is_block(acc) and acc.dtype == w
+            and w.dtype == arr.dtype and acc.count % 2 == 0):
+        return None
+    sig = acc(arr, at, step, rowstep, acc, w)
+    h = acc.count // 2
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at, step, rowstep) = _addr(context, builder, sig, args, 4)
+        return _fma(context, builder, sig, args[4], args[5], lambda i: _elem(
+            context, builder, data, at, (rowstep, i // h), (step, i % h)))
+
+    return sig, codegen
+
+
+@intrinsic
+def block_shift(typingctx: Any, acc: Any, row: Any) -> Any:
+    """``acc[i] + row`` for each row i of ``acc``."""
+    if not (_is_block(acc) and acc.dtype == row):
+        return None
+    sig = acc(acc, row)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        rows = [builder.fadd(builder.extract_value(args[0], i), args[1])
+                for i in range(sig.return_type.count)]
+        return context.make_tuple(builder, sig.return_type, rows)
+
+    return sig, codegen
+
+
+@intrinsic
+def block_put(typingctx: Any, arr: Any, at: Any, step: Any, stride: Any, acc: Any) -> Any:
+    """``arr[at + i * step + j * stride] = acc[i][j]`` for each row i and channel j."""
+    if not (_flat(arr) and _ints(at, step, stride) and _is_block(acc)
+            and acc.dtype.dtype == arr.dtype):
+        return None
+    sig = types.none(arr, at, step, stride, acc)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at, step, stride) = _addr(context, builder, sig, args, 4)
+        for i in range(sig.args[4].count):
+            row = builder.extract_value(args[4], i)
+            for j in range(OB):
+                builder.store(builder.extract_element(row, llir.Constant(llir.IntType(32), j)),
+                              _elem(context, builder, data, at, (step, i), (stride, j)))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def block_store(typingctx: Any, arr: Any, at: Any, step: Any, acc: Any) -> Any:
+    """``arr[at + i * step + j] = acc[i][j]`` for each row i and channel j."""
+    if not (_flat(arr) and _ints(at, step) and _is_block(acc) and acc.dtype.dtype == arr.dtype):
+        return None
+    sig = types.none(arr, at, step, acc)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at, step) = _addr(context, builder, sig, args, 3)
+        for i in range(sig.args[3].count):
+            _vstore(context, builder, builder.extract_value(args[3], i),
+                    _elem(context, builder, data, at, (step, i)), sig.args[0].dtype)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def block_add(typingctx: Any, arr: Any, at: Any, step: Any, acc: Any) -> Any:
+    """``arr[at + i * step + j] += acc[i][j]`` for each row i and channel j."""
+    if not (_flat(arr) and _ints(at, step) and _is_block(acc) and acc.dtype.dtype == arr.dtype):
+        return None
+    sig = types.none(arr, at, step, acc)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data, (at, step) = _addr(context, builder, sig, args, 3)
+        dt = sig.args[0].dtype
+        for i in range(sig.args[3].count):
+            q = _elem(context, builder, data, at, (step, i))
+            row = builder.extract_value(args[3], i)
+            _vstore(context, builder, builder.fadd(_vload(context, builder, row.type, q, dt), row),
+                    q, dt)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _sums(k: int, ind: str) -> list[str]:
+    """A block of ``k`` rows of zero sums, ``acc`` (``z``: the zero of the element type)."""
+    return [ind + "zrow = row_zero(z)", ind + "acc = (" + "zrow, " * k + ")"]
+
+
+def _step(k: int, ind: str, wc: str, x: str, rows: int = 1) -> list[str]:
+    """One step of the reduction: a row of OB weights from ``wc`` on, times each of the
+    block's ``k`` inputs (``x``: "array, offset of pixel 0, from one pixel to the next", and
+    with ``rows`` = 2 ", from the block's first row of pixels to its second") into its sums."""
+    fma = "block_fma2" if rows == 2 else "block_fma"
+    return [ind + wc, ind + "wv = row_load(wf, wc)", ind + f"acc = {fma}({x}, acc, wv)"]
 
 
 def _blocks(p: int, count: str, at: str, block: Any, ind: int) -> list[str]:
@@ -127,7 +332,7 @@ def _through(k: int, ob: int, ind: str, dst: str, row: str, step: str, bias: str
     ``base + j * row``, pixel ``i`` at ``+ i * step``), plus ``bias`` (formatted with ``j``),
     through a block of scratch in the sums' layout: stored straight to the output, LLVM
     vectorized the block along its pixels instead (gathering the inputs: 2.5x slower)."""
-    lines = _store(k, ob, ind, "tmp[U({o})]")
+    lines = [ind + f"block_store(tmp, U(0), U({ob}), acc)"]
     return lines + [
         ind + f"for jt in range({ob}):",
         ind + "    bj = " + bias.format(j="jt"),
@@ -167,7 +372,7 @@ def _fwd_source(p: int, ob: int) -> str:
     ]
 
     def block(k: int, ind: str, rows: int = 1) -> list[str]:
-        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines = _sums(k, ind)
         lines += [
             ind + "for ky in range(kh):",
             ind + "    for kx in range(kw):",
@@ -175,9 +380,9 @@ def _fwd_source(p: int, ob: int) -> str:
             ind + "        wb = U((ky * kw + kx) * cr * o_ + ob)",
             ind + "        for c in range(cu):",
         ]
-        # pixel i of the block: row i // per of its rows, column i % per
-        x = "xf[xb + U({i}) * ps + c]" if rows == 1 else "xf[xb + U({r}) * rs + U({q}) * ps + c]"
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + c * ou", x, per=k // rows)
+        # pixel i of the block: in two rows, row i // (k // 2), column i % (k // 2)
+        lines += _step(k, ind + " " * 12, "wc = wb + c * ou",
+                       "xf, xb + c, ps" + ", rs" * (rows == 2), rows=rows)
         lines.append(ind + "base = U(((n * o_ + ob) * ho + oy) * wo + ox)")
         return lines + _through(k, ob, ind, "yf", "oplane", "U(1)", "b[ob + {j}]")
 
@@ -217,7 +422,7 @@ def _fwdc_source(p: int, ob: int) -> str:
     ]
 
     def block(k: int, ind: str) -> list[str]:
-        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines = _sums(k, ind)
         lines += [
             ind + "for ky in range(kh):",
             ind + "    for kx in range(kw):",
@@ -225,9 +430,9 @@ def _fwdc_source(p: int, ob: int) -> str:
             ind + "        wb = U((ky * kw + kx) * c_ * o_ + ob)",
             ind + "        for c in range(cu):",
         ]
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + c * ou", "xf[xb + c * plane + U({i})]")
+        lines += _step(k, ind + " " * 12, "wc = wb + c * ou", "xf, xb + c * plane, U(1)")
         lines.append(ind + "yb = U(((n * o_ + ob) * ho + oy) * wo + ox)")
-        return lines + _store(k, ob, ind, "yf[yb + U({j}) * oplane + U({i})]", "a{i}_{j} + b[ob + {j}]")
+        return lines + [ind + "block_put(yf, yb, U(1), oplane, block_shift(acc, row_load(b, ob)))"]
 
     out += _blocks(p, "wo", "ox", block, 16)
     return "\n".join(out) + "\n"
@@ -269,7 +474,7 @@ def _wgrad_source(pc: int, ob: int, first: bool = False) -> str:
         # terms, so the rounding error grows with the batch as a blocked GEMM's does
         lines = [ind + f"db = U(((ky * kw + kx) * cr + {c0}) * o_ + ob)", ind + "for n in range(m):"]
         ind2 = ind + "    "
-        lines += [ind2 + s for s in _sums("a", k, ob, "z")]
+        lines += _sums(k, ind2)
         lines += [
             ind2 + "for oy in range(ho):",
             ind2 + (f"    xb = U(((n * c_ + {c0}) * hp + oy * sh + ky * dh) * wp + kx * dw)" if first
@@ -278,13 +483,10 @@ def _wgrad_source(pc: int, ob: int, first: bool = False) -> str:
             ind2 + "    for ox in range(U(wo)):",
             ind2 + "        xo = xb + ox * ps",
             ind2 + "        go = gb + ox * ou",
-            ind2 + "        " + "; ".join(f"g{j} = gf[go + U({j})]" for j in range(ob)),
+            ind2 + "        gv = row_load(gf, go)",
+            ind2 + f"        acc = block_fma(xf, xo, {'plane' if first else 'U(1)'}, acc, gv)",
+            ind2 + "block_add(df, db, ou, acc)",
         ]
-        for i in range(k):
-            lines.append(ind2 + f"        x{i} = xf[xo + U({i}){' * plane' * first}]")
-            lines.append(ind2 + "        " + "; ".join(f"a{i}_{j} += x{i} * g{j}" for j in range(ob)))
-        for i in range(k):
-            lines.append(ind2 + "; ".join(f"df[db + U({i}) * ou + U({j})] += a{i}_{j}" for j in range(ob)))
         return lines
 
     h = pc // 2
@@ -335,7 +537,7 @@ def _tgrad_source(p: int, ob: int, first: bool = False) -> str:
     ]
 
     def block(k: int, ind: str) -> list[str]:
-        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines = _sums(k, ind)
         lines += [
             ind + "for ky in range(kh):",
             ind + "    ty = iy + pt - ky * dh",
@@ -351,11 +553,11 @@ def _tgrad_source(p: int, ob: int, first: bool = False) -> str:
             ind + "        wb = U((ky * kw + kx) * o_ * c_ + cb)",
             ind + "        for o in range(ou):",
         ]
-        g = "gf[gb + o * gplane + U({i})]" if first else "gf[gb + U({i}) * ou + o]"
-        lines += _step(k, ob, ind + " " * 12, "wc = wb + o * cu", g)
+        g = "gf, gb + o * gplane, U(1)" if first else "gf, gb + o, ou"
+        lines += _step(k, ind + " " * 12, "wc = wb + o * cu", g)
         lines.append(ind + "base = U(((n * c_ + cb) * h_ + iy) * w_ + ix0 + j * sw)")
         if first:  # its loads run along the block's pixels too: stored straight to the planes
-            return lines + _store(k, ob, ind, "xf[base + U({j}) * xplane + U({i}) * ss]")
+            return lines + [ind + "block_put(xf, base, ss, xplane, acc)"]
         return lines + _through(k, ob, ind, "xf", "xplane", "ss", "z")
 
     out += _blocks(p, "nj", "j", block, 20)
@@ -369,9 +571,10 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
     ``... B`` of each tile (its columns 2 tx .. 2 tx + 3): the sums in unrolled blocks of 16
     columns, which LLVM vectorizes, the tiles in blocks of 8 (their columns two apart, left
     scalar). Tile by tile, all 16 values as scalars, the transform cost as much as the
-    products on layers of 32-64 channels. For tile k of the row (tile ia + k of the group) and
-    channel c, the 16 values go to ``dst`` (formatted with the position's row ``a`` and
-    column ``b``; ``base`` runs first, per channel). Rows and columns past the input's edges
+    products on layers of 32-64 channels. For tile q of the row (tile ia + q of the group) and
+    channel c, the 16 values go to v, position (a, b) at ``dst`` + b * vp (``dst`` formatted
+    with the position's row ``a`` and ``a4`` = 4 a; ``vq`` = vb + q, ``base`` setting vb per
+    channel). Rows and columns past the input's edges
     read zeros (rows off the input read the zero row zr). With ``rows``, only the position
     rows a0 .. a1 are stored. Indented ``ind_`` spaces."""
     i0 = " " * int(ind_)
@@ -408,17 +611,29 @@ def _patches(ind_: str, base: str, dst: str, rows: bool = False) -> list[str]:
     out += [i3 + f"d{r} = src{r}[b{r} + jj]" for r in range(4)]
     out += [i3 + f"eb[U({a}) * ewp + jj] = " + comb[a].format("d0", "d1", "d2", "d3")
             for a in range(4)]
-    out += [i2 + base, i2 + "for q in range(ns):", i3 + "jj = U(ja + 2 * q)"]
+    out += [i2 + base, i2 + "for q in range(ns):", i3 + "jj = U(ja + 2 * q)",
+            i3 + "vq = vb + U(q)"]
     for a in range(4):
         ind = i3
         if rows:
             out.append(i3 + f"if a0 <= {a} < a1:")
             ind = i3 + "    "
-        out.append(ind + "; ".join(f"e{m} = eb[U({a}) * ewp + jj + U({m})]" for m in range(4)))
-        out += [ind + dst.format(a=a, b=b, k=0) + " = " + comb[b].format("e0", "e1", "e2", "e3")
+        out.append(ind + f"er = jj + U({a}) * ewp; vr = {dst.format(a=a, a4=4 * a)}")
+        out.append(ind + "; ".join(f"e{m} = eb[er + U({m})]" for m in range(4)))
+        out += [ind + f"v[vr + U({b}) * vp] = " + comb[b].format("e0", "e1", "e2", "e3")
                 for b in range(4)]
     out.append(i1 + "t += ns")
     return out
+
+
+def _wpatch_source() -> str:
+    """``wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z, a0,
+    a1)``: ``_patches`` for ``wfwd`` (a0, a1 = 0, 4) and ``wgradw``, a function of its own
+    (``HELPERS``): compiled once, not in each kernel."""
+    out = ["def wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z, a0,",
+           "           a1):"]
+    out += _patches("4", "vb = U(c * tg + ia)", "vq + U(({a} - a0) * 4) * vp", rows=True)
+    return "\n".join(out) + "\n"
 
 
 def _wfwd_source(p: int, ob: int) -> str:
@@ -457,11 +672,13 @@ def _wfwd_source(p: int, ob: int) -> str:
         f"    ot = np.empty({4 * ob}, yf.dtype)",
         "    oplane = U(ho * wo)",
         "    zr = np.zeros(w_, yf.dtype)",
+        "    zero = np.int64(0)",
         "    for gi in range(g0, g1):",
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U({a} * 4 + {b}) * vp + U(q + {k})]")
+    out += ["        wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z,",
+            "               zero, zero + 4)"]
     out += [
         f"        for ob in range(0, o_, {ob}):",
         "            for p in range(16):",
@@ -471,11 +688,11 @@ def _wfwd_source(p: int, ob: int) -> str:
     ]
 
     def block(k: int, ind: str) -> list[str]:
-        lines = [ind + s for s in _sums("a", k, ob, "z")]
+        lines = _sums(k, ind)
         lines += [ind + "vb = U(p) * vp + U(it)", ind + "for c in range(cu):"]
-        lines += _step(k, ob, ind + "    ", "wc = wb + c * ou", "v[vb + c * tu + U({i})]")
+        lines += _step(k, ind + "    ", "wc = wb + c * ou", "v, vb + c * tu, U(1)")
         lines.append(ind + f"mb = U(p) * mp + U(it * {ob})")
-        return lines + _store(k, ob, ind, "mm[mb + U({o})]")
+        return lines + [ind + f"block_store(mm, mb, U({ob}), acc)"]
 
     out += _blocks(p, "nt", "it", block, 20)
     out += [
@@ -534,7 +751,7 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
     disjoint sums, no transform done twice."""
     out = [
         "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1):",
-        f"    tg = {tg}",
+        f"    tg = np.int64({tg})  # a variable, not a literal: wpatch compiles once for both",
         "    m_, c_, h_, w_ = x.shape",
         "    _, o_, ho, wo = g.shape",
         "    th = (ho + 1) // 2",
@@ -561,8 +778,8 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += _patches("8", "vb = U(c * tg + ia)", "v[vb + U(({a} - a0) * 4 + {b}) * vp + U(q + {k})]",
-                    rows=True)
+    out += ["        wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z,",
+            "               a0, a1)"]
     out += [
         "        for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
         "            t = t0 + i",
@@ -607,13 +824,12 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         f"                for ob in range(0, o_, {ob}):",
     ]
     ind = " " * 20
-    out += [ind + s_ for s_ in _sums("a", pc, ob, "z")]
+    out += _sums(pc, ind)
     out += [ind + "vb = U(p) * vp + U(c0 * tg)", ind + "gb = U(p) * mp + U(ob)",
             ind + "for i in range(U(nt)):"]
-    out += _step(pc, ob, ind + "    ", "wc = gb + i * ou", "v[vb + i + U({i} * " + str(tg) + ")]")
+    out += _step(pc, ind + "    ", "wc = gb + i * ou", f"v, vb + i, U({tg})")
     out.append(ind + "db = U(((4 * a0 + p) * c_ + c0) * o_ + ob)")
-    out += [ind + "; ".join(f"df[db + U({i}) * ou + U({j})] += a{i}_{j}" for j in range(ob))
-            for i in range(pc)]
+    out.append(ind + "block_add(df, db, ou, acc)")
     return "\n".join(out) + "\n"
 
 
@@ -621,7 +837,8 @@ def _source(p: int, pc: int, ob: int) -> str:
     body = "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
          _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
-         _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE, _SAMPLE_SOURCE)
+         _wpatch_source(), _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE,
+         _SAMPLE_SOURCE)
     )
     # U(<literal>) as a module constant, typed once: numba types every call of U on its own
     # (the calls were a third of the kernels' typing, and compile time follows its length)
@@ -630,6 +847,8 @@ def _source(p: int, pc: int, ob: int) -> str:
     head = (
         '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
         "import numpy as np\n"
+        "from tapegrad._kernels.conv_blocked import block_add, block_fma, block_fma2, block_put, "
+        "block_shift, block_store, row_load, row_zero\n"
         "U = np.uint64\n" + "".join(f"U{n} = U({n})\n" for n in lits) + "\n\n"
     )
     return head + body
@@ -860,6 +1079,8 @@ def _import(p: int, pc: int, ob: int) -> Any:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # numba's cache finds the kernels' globals through it
     spec.loader.exec_module(mod)
+    for name in HELPERS:  # compiled when a kernel calling them is, within its settings
+        setattr(mod, name, jit(fastmath={"contract"}, ieee=True)(getattr(mod, name)))
     return mod
 
 
@@ -879,6 +1100,9 @@ def _write(where: str, base: str, src: str) -> str:
     return path
 
 
+# Functions of the generated module that kernels call, compiled on their own (once for all
+# their callers, each dtype).
+HELPERS = ("wpatch",)
 _KERNELS: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 _BUILDING: set[tuple[str, str]] = set()  # kernels a thread is making (background mode)
@@ -904,9 +1128,9 @@ def _kernel(name: str, dtype: Any, parallel: bool = False, wait: bool = False) -
     ``parallel``, its parallel twin (which compiles the serial kernel first).
 
     In the ``background`` compile mode (``runtime``) a kernel not made yet raises ``NotReady``
-    (the convolution's reference runs) while a thread of this process makes it: these kernels
-    compile here, not in the compiler process, whose build of them ran 5x slower (the Conv2d
-    model's step 163 against 27 ms, AMD Zen 4; cause not found)."""
+    (the convolution's reference runs) while a thread of this process makes it: the compiler
+    process finds kernels by module and name, and these are made by this call
+    (docs/design.md, "Compile budget")."""
     key = (name + "_par" * parallel, np.dtype(dtype).char)
     k = _KERNELS.get(key)
     if k is not None:

@@ -328,7 +328,9 @@ def _split(kernel: Any, par: Any, items: int, size: int, *args: Any) -> None:
 
 
 def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
-    _split(_nhwc_rows, _nhwc_par, xt.shape[0] * xt.shape[1] * xt.shape[2], xt.size, x, xt, pt, pl)
+    # the offsets as Python ints: numpy integers of other widths would each compile their own
+    _split(_nhwc_rows, _nhwc_par, xt.shape[0] * xt.shape[1] * xt.shape[2], xt.size, x, xt,
+           int(pt), int(pl))
 
 
 def _gather(xt: Any, cols: Any, *geom: int) -> None:

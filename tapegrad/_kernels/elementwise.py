@@ -12,7 +12,8 @@ in one pass; on a GAN's 64 outputs the numpy formulas were ten to fifteen calls,
 times the arithmetic. The activations (and their gradients, ``activation.py``) have parallel
 forms over chunks of the flat array, one per thread (``chunks.bounds``, cut at multiples of 16),
 from ``PARALLEL_MIN`` elements when numpy's BLAS shares numba's threads: each element sees the
-same arithmetic, so results are the same bits at any thread count. Imported only when numba is
+same arithmetic, so results are the same bits at any thread count. The activations take their
+arrays flat (views), so each compiles once a dtype, not once a rank and dtype. Imported only when numba is
 selected.
 """
 
@@ -68,7 +69,7 @@ def _relu_par(x, out):  # type: ignore[no-untyped-def]
 def relu(x: Any) -> Any:
     """``max(x, 0)`` of a C-contiguous float array, NaN kept."""
     out = np.empty_like(x)
-    run(_relu, _relu_par, x.size, x, out)
+    run(_relu, _relu_par, x.size, x.reshape(-1), out.reshape(-1))  # flat: one compile a dtype
     return out
 
 
@@ -93,7 +94,7 @@ def _leaky_relu_par(x, out, s):  # type: ignore[no-untyped-def]
 def leaky_relu(x: Any, slope: float) -> Any:
     """``x if x > 0 else slope * x`` of a C-contiguous float array (NaN stays NaN)."""
     out = np.empty_like(x)
-    run(_leaky_relu, _leaky_relu_par, x.size, x, out, x.dtype.type(slope))
+    run(_leaky_relu, _leaky_relu_par, x.size, x.reshape(-1), out.reshape(-1), x.dtype.type(slope))
     return out
 
 

@@ -73,6 +73,7 @@ def adam(p: Any, g: Any, m: Any, v: Any, group: dict[str, Any], t: int) -> None:
     beta1, beta2 = group["betas"]
     decoupled = bool(wd) and bool(group.get("decoupled_weight_decay", False))
     bc2_sqrt = math.sqrt(1.0 - beta2**t)
+    p, g, m, v = (a.reshape(-1) for a in (p, g, m, v))  # views: one compile a dtype, any rank
     run(_adam, _adam_par, p.size, p, g, m, v, lr, wd, float(beta1), float(beta2),
            float(group["eps"] * bc2_sqrt), float(lr / (1.0 - beta1**t) * bc2_sqrt),
            bool(wd) and not decoupled, decoupled)

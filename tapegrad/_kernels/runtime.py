@@ -147,14 +147,14 @@ def mode() -> str:
 
 def jit(
     parallel: bool = False, fastmath: Any = False, signatures: Any = None, inline: str = "never",
-    ieee: bool = False, recipe: tuple[str, str, tuple[Any, ...]] | None = None,
+    ieee: bool = False,
 ) -> Any:
     """``numba.njit(cache=True, ...)`` with tapegrad's cache folder (for kernel modules);
     ``signatures`` compiles those up front (a recursive function needs them);
     ``inline="always"`` inlines a small helper into its callers; ``ieee``: division as numpy's (inf or NaN, no ZeroDivisionError
-    check, which keeps LLVM from vectorising a loop that divides). ``recipe`` is
-    ``(module, function, args)`` whose call makes this kernel in another process, for a kernel
-    that is not a module-level name of an importable module (generated source)."""
+    check, which keeps LLVM from vectorising a loop that divides). The compiler process finds a
+    kernel by its module and name: a kernel that is not a module-level name of an importable
+    module (generated source) declares its ``signatures``, which compile here, on creation."""
     from . import numba  # noqa: PLC0415 - decided once, imported with the first kernel module
 
     nb = numba()
@@ -172,10 +172,8 @@ def jit(
             if ieee or signatures is not None:
                 opts["error_model"] = "numpy"
             # a helper inlined into its callers compiles with them; declared signatures compile
-            # up front here (small, or recursive: typing needs them), unless a recipe can make
-            # the kernel in the compiler process (generated kernels)
-            lazy = inline != "always" and (
-                signatures is None or (recipe is not None and mode() == "background"))
+            # up front here (small, recursive (typing needs them), or generated)
+            lazy = inline != "always" and signatures is None
             disp = nb.njit(**opts)(fn)
         finally:
             config.CACHE_DIR = old
@@ -189,7 +187,7 @@ def jit(
                 disp.disable_compile()
             return disp
         if lazy:
-            _tier(disp, recipe or ("", f"{fn.__module__}:{fn.__qualname__}", ()))
+            _tier(disp, f"{fn.__module__}:{fn.__qualname__}")
         return disp
 
     return deco
@@ -199,17 +197,18 @@ _PENDING, _DONE, _FAILED = "pending", "done", "failed"
 _status: dict[tuple[Any, tuple[Any, ...]], str] = {}
 
 
-def _tier(disp: Any, recipe: tuple[str, str, tuple[Any, ...]]) -> None:
-    """Route ``disp``'s first call for new argument types through ``_first_call``."""
+def _tier(disp: Any, target: str) -> None:
+    """Route ``disp``'s first call for new argument types through ``_first_call``;
+    ``target`` (``module:name``) is how the compiler process finds it."""
     compile_for_args = disp._compile_for_args  # numba's C dispatcher looks it up on the object
 
     def first_call(*args: Any, **kws: Any) -> Any:
-        return _first_call(disp, compile_for_args, recipe, args, kws)
+        return _first_call(disp, compile_for_args, target, args, kws)
 
     disp._compile_for_args = first_call
 
 
-def _first_call(disp: Any, compile_for_args: Any, recipe: Any, args: tuple[Any, ...],
+def _first_call(disp: Any, compile_for_args: Any, target: str, args: tuple[Any, ...],
                 kws: dict[str, Any]) -> Any:
     """The entry point for ``args``' types: from memory or the cache when there, else
     ``NotReady`` while the compiler process works on it (compiled here in the ``wait`` mode,
@@ -229,7 +228,7 @@ def _first_call(disp: Any, compile_for_args: Any, recipe: Any, args: tuple[Any, 
         if entry is not None:
             _status[key] = _DONE
             return entry
-        if state is None and background and _compiler.submit(recipe, types, key):
+        if state is None and background and _compiler.submit(target, types, key):
             _status[key] = _PENDING
             raise NotReady(disp.__name__)
     with compile_lock(disp, types):  # another process may be compiling it: then load its work
@@ -347,8 +346,9 @@ class _Compiler:
                          name="tapegrad-compiler").start()
         return True
 
-    def submit(self, recipe: Any, types: tuple[Any, ...], key: Any) -> bool:
-        """Ask for ``types`` of the kernel ``recipe`` makes; False when no process can."""
+    def submit(self, target: str, types: tuple[Any, ...], key: Any) -> bool:
+        """Ask for ``types`` of the kernel ``target`` (``module:name``); False when no process
+        can."""
         with self.lock:
             if self.pid != os.getpid() or self.proc is None or self.proc.poll() is not None:
                 if self.pid == os.getpid() and self.proc is not None:
@@ -359,7 +359,7 @@ class _Compiler:
             rid = self.next_id
             self.next_id += 1
             try:
-                line = base64.b64encode(pickle.dumps((rid, recipe, types)))
+                line = base64.b64encode(pickle.dumps((rid, target, types)))
                 self.proc.stdin.write(line + b"\n")
                 self.proc.stdin.flush()
             except Exception:  # noqa: BLE001 - an unpicklable type or a closed pipe
