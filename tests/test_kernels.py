@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -157,16 +158,44 @@ def test_the_cache_goes_to_the_platforms_cache_folder_not_the_package(monkeypatc
     assert not str(_kernels.cache_dir()).startswith(str(_kernels._HERE))
 
 
-def test_earlier_cache_folders_are_removed(tmp_path):
+def test_unused_earlier_cache_folders_are_removed_and_ones_in_use_kept(tmp_path):
     from tapegrad._kernels import runtime
 
-    (tmp_path / "kernels-0123456789abcdef").mkdir()
-    (tmp_path / "kernels-0123456789abcdef" / "f.nbc").write_bytes(b"old")
+    stale, recent = tmp_path / "kernels-0123456789abcdef", tmp_path / "kernels-00000000000000aa"
+    for d in (stale, recent):
+        d.mkdir()
+        (d / "f.nbc").write_bytes(b"old")
+    (recent / ".used").touch()  # another version's process opened it just now
+    week_ago = time.time() - runtime.STALE_AFTER_S - 60
+    os.utime(stale, (week_ago, week_ago))
     (tmp_path / "fused").mkdir()  # tg.compile's folder stays
     keep = tmp_path / "kernels-fedcba9876543210"
     keep.mkdir()
     runtime._prune(str(tmp_path), str(keep))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused", "kernels-fedcba9876543210"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fused", "kernels-00000000000000aa", "kernels-fedcba9876543210"]
+    assert (keep / ".used").exists()  # marked in use for the other versions' processes
+
+
+def test_a_kernel_whose_source_file_vanished_compiles_without_the_cache(tmp_path, capfd):
+    # a cache folder emptied under a running program: numba cannot cache a function whose file
+    # is gone; the kernel still compiles and runs, with one line on stderr
+    import importlib.util
+
+    from tapegrad._kernels import runtime
+
+    src = tmp_path / "vanishing_kernel.py"
+    src.write_text("def twice(a):\n    return a * 2.0\n")
+    spec = importlib.util.spec_from_file_location("vanishing_kernel", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src.unlink()
+    before = len(runtime._NO_CACHE)
+    k = runtime.jit()(mod.twice)
+    assert k(np.float64(3.0)) == 6.0
+    assert len(runtime._NO_CACHE) == before + 1
+    err = capfd.readouterr().err
+    assert err.count("cannot use the disk cache") == (1 if before == 0 else 0)
 
 
 def test_the_cache_folder_changes_with_any_kernel_source(tmp_path):

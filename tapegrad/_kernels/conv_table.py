@@ -70,7 +70,7 @@ def _direct(geom: Any, groups: int, wshape: tuple[int, ...], *arrays: Any) -> An
         or not _K.usable(*arrays)
     ):
         return None
-    from . import conv_direct  # noqa: PLC0415
+    from . import conv_direct  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_direct
 
@@ -99,7 +99,7 @@ def _winograd(geom: Any, groups: int, wshape: tuple[int, ...], *arrays: Any) -> 
         or not _K.usable(*arrays)
     ):
         return None
-    from . import conv_winograd  # noqa: PLC0415
+    from . import conv_winograd  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_winograd
 
@@ -134,7 +134,7 @@ def _fused(geom: Any, groups: int, wshape: tuple[int, ...], *arrays: Any,
         fits = summed >= FUSED_CHANNELS and made % 16 == 0
     if not fits or not _K.usable(*arrays):
         return None
-    from . import conv_winograd  # noqa: PLC0415
+    from . import conv_winograd  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_winograd
 
@@ -162,7 +162,7 @@ def _blocked(geom: Any, groups: int, wshape: tuple[int, ...], *arrays: Any,
     gradient)."""
     if not _K.usable(*arrays):
         return None
-    from . import conv_blocked as cb  # noqa: PLC0415
+    from . import conv_blocked as cb  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     take = cb.takes_input_grad if input_grad else cb.takes
     macs = geom.in_shape[0] * wshape[0] * wshape[1] * wshape[2] * wshape[3] * math.prod(
@@ -208,7 +208,7 @@ def _pixel_major(geom: Any, groups: int, wshape: tuple[int, ...], *arrays: Any) 
     long = wshape[1] * wshape[2] * wshape[3] >= PIXEL_MAJOR_COLUMNS
     if (wide and geom.stride != (1, 1) and not long) or not _K.usable(*arrays):
         return None
-    from . import conv_gemm  # noqa: PLC0415
+    from . import conv_gemm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_gemm
 
@@ -451,90 +451,90 @@ def predicates(name: str) -> tuple[Any, Any]:
 
 
 def direct_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    from . import conv_direct  # noqa: PLC0415
+    from . import conv_direct  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_direct.direct(x, w, b, geom, groups)
 
 
 def direct_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    from . import conv_direct  # noqa: PLC0415
+    from . import conv_direct  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_direct.direct_input_grad(g, w, geom, groups)
 
 
 def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
-    from . import conv_direct  # noqa: PLC0415
+    from . import conv_direct  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_direct.direct_weight_grad(g, x, geom, groups, wshape)
 
 
 def fused_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    from . import conv_winograd  # noqa: PLC0415
+    from . import conv_winograd  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_winograd.fused_conv(x, w, b, geom)
 
 
 def fused_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    from . import conv_winograd  # noqa: PLC0415
+    from . import conv_winograd  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_winograd.fused_input_grad(g, w, geom)
 
 
 def fused_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
-    from . import conv_winograd  # noqa: PLC0415
+    from . import conv_winograd  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_winograd.fused_weight_grad(g, x, geom, wshape)
 
 
 def blocked_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    from . import conv_blocked  # noqa: PLC0415
+    from . import conv_blocked  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_blocked.conv(x, w, b, geom)
 
 
 def blocked_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    from . import conv_blocked  # noqa: PLC0415
+    from . import conv_blocked  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_blocked.input_grad(g, w, geom)
 
 
 def blocked_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
-    from . import conv_blocked  # noqa: PLC0415
+    from . import conv_blocked  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return conv_blocked.weight_grad(g, x, geom, wshape)
 
 
 def winograd_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    from . import conv_winograd as wg  # noqa: PLC0415
+    from . import conv_winograd as wg  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return wg.conv(x, w, b, geom, _wino_chunks(wg, geom, w.shape))
 
 
 def winograd_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    from . import conv_winograd as wg  # noqa: PLC0415
+    from . import conv_winograd as wg  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return wg.input_grad(g, w, geom, _wino_chunks(wg, geom, w.shape))
 
 
 def winograd_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
-    from . import conv_winograd as wg  # noqa: PLC0415
+    from . import conv_winograd as wg  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return wg.weight_grad(g, x, geom, wshape, _wino_chunks(wg, geom, wshape))
 
 
 def pixel_major_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    from . import conv_gemm as pm  # noqa: PLC0415
+    from . import conv_gemm as pm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return pm.conv(x, w, b, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
 
 
 def pixel_major_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    from . import conv_gemm as pm  # noqa: PLC0415
+    from . import conv_gemm as pm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return pm.input_grad(g, w, geom, groups, _pm_chunks(pm, geom, groups, w.shape))
 
 
 def pixel_major_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
-    from . import conv_gemm as pm  # noqa: PLC0415
+    from . import conv_gemm as pm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))

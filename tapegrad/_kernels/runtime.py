@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,13 +121,33 @@ def cache_dir() -> str:
     return where
 
 
+# A kernel-source folder no process has opened for this long is removed (a week: two versions in
+# use side by side, an upgrade under a running program, keep theirs).
+STALE_AFTER_S = 7 * 24 * 3600
+
+
 def _prune(base: str, keep: str) -> None:
-    """Remove the caches of earlier kernel sources (best effort, once a process)."""
+    """Mark ``keep`` used now and remove the caches of kernel sources no process has used for
+    ``STALE_AFTER_S`` (best effort, once a process). A folder in use by another version of the
+    package (another environment, a program started before an upgrade) is never removed under
+    it: that process would lose the source files its kernels are cached against."""
     if keep in _PRUNED:
         return
     _PRUNED.add(keep)
+    try:
+        Path(keep, ".used").touch()
+    except OSError:
+        pass
+    now = time.time()
     for old in Path(base).glob("kernels-*"):
-        if str(old) != keep:
+        if str(old) == keep:
+            continue
+        try:
+            used = max(old.stat().st_mtime, Path(old, ".used").stat().st_mtime
+                       if Path(old, ".used").exists() else 0.0)
+        except OSError:
+            continue
+        if now - used > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -143,6 +164,20 @@ def mode() -> str:
 # --------------------------------------------------------------------------------------------
 # jit: numba.njit with the cache folder, and the tiered first call
 # --------------------------------------------------------------------------------------------
+
+
+_NO_CACHE: list[str] = []  # kernels compiled without the disk cache (said once a process)
+
+
+def _no_cache(fn: Any, error: Exception) -> None:
+    """One stderr line, the first time a kernel cannot be cached (its source file vanished
+    under it, e.g. a cache folder emptied by hand while the program ran): it compiles in this
+    process, without the disk cache."""
+    if not _NO_CACHE:
+        print(f"tapegrad: kernel {fn.__qualname__} cannot use the disk cache ({error}); "
+              "compiling it in this process (set TAPEGRAD_CACHE_DIR to move the cache)",
+              file=sys.stderr)
+    _NO_CACHE.append(fn.__qualname__)
 
 
 def jit(
@@ -174,7 +209,12 @@ def jit(
             # a helper inlined into its callers compiles with them; declared signatures compile
             # up front here (small, recursive (typing needs them), or generated)
             lazy = inline != "always" and signatures is None
-            disp = nb.njit(**opts)(fn)
+            try:
+                disp = nb.njit(**opts)(fn)
+            except RuntimeError as e:  # numba's cache cannot locate the source file
+                _no_cache(fn, e)
+                opts["cache"], lazy = False, False  # compiled in this process, on first call
+                disp = nb.njit(**opts)(fn)
         finally:
             config.CACHE_DIR = old
         if signatures is not None and not lazy:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import _kernels as _K
 from .._backend import np
+from . import conv_table as ct  # numpy only, as this table
 from .registry import register, tunable
 
 _USABLE = _K.usable
@@ -297,8 +298,6 @@ register("sgd", "loop", _sgd, "optim:sgd_step")
 
 # -- convolutions' strategies (conv_table.py): chosen by measurement per shape ---------------
 def _conv_strategies() -> None:
-    from . import conv_table as ct  # noqa: PLC0415 - numpy only
-
     for op, p in ct.PASSES.items():
         for name in ct.STRATEGIES:
             fits, prefer = ct.predicates(name)

@@ -182,7 +182,7 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
             return getattr(E, pairwise)(x, args[0])
         if dim is not None:
             from ._shape import squeeze, take_along_axis  # noqa: PLC0415
-            from ._torch_names import ValuesIndices  # noqa: PLC0415
+            from ._torch_names import ValuesIndices  # noqa: PLC0415 # cycle: _torch_names imports this module
 
             x = as_tensor(x)
             if x.ndim == 0:

@@ -18,6 +18,7 @@ from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from . import _elementwise as E
 from . import _linalg as L
+from . import _reduce as R
 from . import _shape as S
 from ._common import ArgumentError, as_tensor, check_axis
 
@@ -339,8 +340,6 @@ def std_mean(input: Any, dim: Any = None, *, correction: float = 1, keepdim: boo
     >>> [t.item() for t in tg.std_mean(tg.tensor([1.0, 3.0]))]
     [1.4142135381698608, 2.0]
     """
-    from . import _reduce as R  # noqa: PLC0415
-
     if unbiased is not None:
         correction = 1 if unbiased else 0
     if axis is not None:  # PyTorch's alias of dim
