@@ -3,6 +3,7 @@
     python benchmarks/ports.py                                  # every program, small size
     python benchmarks/ports.py --size full --only dcgan,gcn --rounds 7
     python benchmarks/ports.py --list
+    python benchmarks/ports.py --size small --only gcn --profile    # the port's costs per primitive
 
 The programs (``PROGRAMS``) are pytorch/examples' mnist, dcgan, siamese_network, mnist_rnn, gcn,
 fast_neural_style, super_resolution, vae, word_language_model and regression, and karpathy's
@@ -187,7 +188,7 @@ def dcgan(size: str, dtype: Any = np.float32) -> Pair:
 def siamese_network(size: str, dtype: Any = np.float32) -> Pair:
     """pytorch/examples siamese_network: ResNet-18 twins on digit pairs, BCELoss, Adadelta."""
     tg, torch, pm, og = W._tg(), W._torch(), _pm(), _orig()
-    batch_size, side, steps = {"tiny": (8, 8, 2), "small": (16, 8, 3), "full": (64, 28, 2)}[size]
+    batch_size, side, steps = {"tiny": (8, 8, 1), "small": (16, 8, 3), "full": (64, 28, 2)}[size]
     if side == 28:  # the original reads MNIST's 28x28 pixels, 0-255, unnormalised
         x, y, _, _ = mnist_torch.port("mnist").mnist_like()
         images = (x * 0.3081 + 0.1307) * 255
@@ -544,6 +545,29 @@ def geometric_mean(ratios: list[float]) -> float:
     return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
 
+def profile(name: str, size: str, top: int = 12) -> list[tuple[str, float]]:
+    """Where one round of the port's steps spends its time, per primitive (forward and VJPs, as
+    benchmarks/profile_step.py measures a workload); prints the largest shares of the round."""
+    import collections  # noqa: PLC0415
+
+    import profile_step  # noqa: PLC0415
+
+    acc: dict[str, float] = collections.defaultdict(float)
+    profile_step.instrument(acc)
+    pair = PROGRAMS[name](size)
+    pair.port()  # warm up
+    acc.clear()
+    t0 = time.perf_counter()
+    pair.port()
+    total = time.perf_counter() - t0
+    rows = sorted(acc.items(), key=lambda kv: -kv[1])
+    rows.append(("outside primitives (Python, tape, optimizer)", total - sum(acc.values())))
+    print(f"{pair.label}: {1e3 * total / pair.steps:.1f} ms/step in tapegrad")
+    for k, t in sorted(rows, key=lambda kv: -kv[1])[:top]:
+        print(f"  {k:46s} {1e3 * t / pair.steps:9.2f} ms  {100 * t / total:5.1f}%")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="programs, comma-separated (default: all; see --list)")
@@ -551,6 +575,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--list", action="store_true", help="print the programs and stop")
+    ap.add_argument("--profile", action="store_true",
+                    help="time the port's primitives instead of comparing with PyTorch")
     args = ap.parse_args(argv)
     if args.list:
         for name, f in PROGRAMS.items():
@@ -560,6 +586,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     unknown = [n for n in which if n not in PROGRAMS]
     if unknown:
         raise SystemExit(f"ports.py: unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
+    if args.profile:
+        return {name: {"profile": profile(name, args.size)} for name in which}
     out = {}
     for name in which:
         pair = PROGRAMS[name](args.size)

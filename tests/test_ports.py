@@ -142,3 +142,11 @@ def test_small_flag_shrinks_the_run(name):
         assert (args.batchSize, args.ngf, args.ndf) == (16, 16, 16)
     else:
         assert args.epochs == 1
+
+
+def test_profile_lists_the_ports_costs(capsys):
+    rows = ports.main(["--size", "tiny", "--only", "regression", "--profile"])["regression"]
+    names = [k for k, _ in rows["profile"]]
+    assert any("linear" in k for k in names), names
+    assert names[-1].startswith("outside primitives")
+    assert "ms/step in tapegrad" in capsys.readouterr().out
