@@ -568,6 +568,34 @@ def profile(name: str, size: str, top: int = 12) -> list[tuple[str, float]]:
     return rows
 
 
+def table(paths: list[str]) -> str:
+    """A markdown table of ``--json`` results (one file per size): each program's ratio per size,
+    the step times, and the geometric mean of every column."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    names = [n for n in PROGRAMS if any(n in r["programs"] for r in runs)]
+    head = "| program | " + " | ".join(
+        f"{r['size']}: configuration | tapegrad / PyTorch ms per step | speed ratio"
+        for r in runs) + " |"
+    lines = [head, "|---" * (1 + 3 * len(runs)) + "|"]
+    for n in names:
+        cells = []
+        for r in runs:
+            p = r["programs"].get(n)
+            if p is None:
+                cells += ["", "", ""]
+                continue
+            cells += [p["label"].split(", ", 1)[-1] if ", " in p["label"] else p["label"],
+                      f"{1e3 * p['tapegrad_s'] / p['steps']:.1f} / "
+                      f"{1e3 * p['torch_s'] / p['steps']:.1f}", f"{p['ratio']:.2f}x"]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    gms = []
+    for r in runs:
+        ratios = [p["ratio"] for p in r["programs"].values()]
+        gms += ["", "", f"**{geometric_mean(ratios):.2f}x**"]
+    lines.append("| geometric mean | " + " | ".join(gms) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="programs, comma-separated (default: all; see --list)")
@@ -575,9 +603,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--list", action="store_true", help="print the programs and stop")
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="print a markdown table of earlier --json results and stop")
     ap.add_argument("--profile", action="store_true",
                     help="time the port's primitives instead of comparing with PyTorch")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return {}
     if args.list:
         for name, f in PROGRAMS.items():
             print(f"{name:20s} {(f.__doc__ or '').splitlines()[0]}")

@@ -129,6 +129,9 @@ def test_ports_timing_script_runs(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "regression, batch 8:" in printed and "geometric mean over 2 programs" in printed
     assert json.loads((tmp_path / "r.json").read_text())["size"] == "tiny"
+    ports.main(["--table", str(tmp_path / "r.json")])
+    table = capsys.readouterr().out
+    assert "| regression | batch 8 |" in table and "| geometric mean |" in table
     with pytest.raises(SystemExit, match="unknown program"):
         ports.main(["--only", "resnet50"])
 
