@@ -327,7 +327,7 @@ def nanogpt(size: str, dtype: Any = np.float32) -> Pair:
     """karpathy/nanoGPT, char-level: the full size is config/train_shakespeare_char.py (6 layers,
     384 wide, block 256, batch 64, dropout 0.2), AdamW (weight decay on 2-d parameters), the
     warm-up learning rate, gradient clipping at 1.0."""
-    tg, torch, pm = W._tg(), W._torch(), _pm()
+    tg, torch, pm, og = W._tg(), W._torch(), _pm(), _orig()
     import nanogpt_torch  # noqa: PLC0415
 
     cfg = {"tiny": dict(n_layer=2, n_head=2, n_embd=16, block_size=8, batch=4, dropout=0.0,
@@ -372,12 +372,7 @@ def nanogpt(size: str, dtype: Any = np.float32) -> Pair:
         for group in t_opt.param_groups:
             group["lr"] = get_lr(it["torch"])
         it["torch"] += 1
-        logits, loss = t_model(*tb[i])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(t_model.parameters(), 1.0)
-        t_opt.step()
-        t_opt.zero_grad(set_to_none=True)
-        return loss
+        return og.gpt_train_step(t_model, t_opt, *tb[i])
 
     label = (f"nanoGPT, {cfg['n_layer']} layers, {cfg['n_embd']} wide, block "
              f"{cfg['block_size']}, batch {batch}")
