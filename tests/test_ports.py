@@ -1,12 +1,14 @@
-"""The tapegrad ports of pytorch/examples (examples/mnist.py, examples/dcgan.py): they run a few
-steps at reduced size, and their first step equals the PyTorch original's (benchmarks/
-mnist_torch.py, benchmarks/dcgan_torch.py) from copied weights, in float64. Nothing is timed."""
+"""The ports benchmarks/ports.py times (pytorch/examples' mnist, dcgan, siamese_network, mnist_rnn,
+gcn, fast_neural_style, super_resolution, vae, word_language_model, regression; nanoGPT): at
+their tiny size, in float64 and from copied weights, a few training steps of each port give the
+original's losses and weights. The mnist and dcgan examples also run as scripts. Nothing is
+timed."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +16,6 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-import dcgan_torch  # noqa: E402
 import mnist_torch  # noqa: E402
 import ports  # noqa: E402
 
@@ -23,16 +24,6 @@ import tapegrad as tg  # noqa: E402
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 pytest.importorskip("tqdm")
-
-
-def _assert_same_weights(tg_model, torch_model, rtol: float = 1e-10) -> None:
-    want = torch_model.state_dict()
-    got = tg_model.state_dict()
-    assert set(got) == set(want)
-    for k, v in want.items():
-        np.testing.assert_allclose(np.asarray(got[k].numpy(), np.float64),
-                                   v.detach().numpy().astype(np.float64), rtol=rtol, atol=1e-12,
-                                   err_msg=k)
 
 
 def test_mnist_like_data_has_mnist_shape_and_normalisation():
@@ -58,30 +49,6 @@ def test_mnist_port_runs(tmp_path):
     assert state["fc1.weight"].shape == (128, 9216)
 
 
-def test_mnist_first_step_equals_the_original():
-    mn = mnist_torch.port("mnist")
-    x, y, _, _ = mn.mnist_like()
-    x, y = x[:4].astype(np.float64), y[:4]
-    torch.manual_seed(0)
-    ref = mnist_torch.Net().double()
-    model = mn.Net().double()
-    ports.copy_weights(ref, model)
-    for m in (ref, model):  # dropout draws differ between the libraries: switch it off
-        m.dropout1.p = m.dropout2.p = 0.0
-    ref_opt = torch.optim.Adadelta(ref.parameters(), lr=1.0)
-    opt = tg.optim.Adadelta(model.parameters(), lr=1.0)
-    args = SimpleNamespace(log_interval=1, dry_run=False, steps=None)
-    history = {"seen": 0, "train": [], "test": []}
-    mn.train(args, model, [(tg.tensor(x), tg.tensor(y))], opt, 1, history)
-    with torch.no_grad():
-        ref_loss = torch.nn.functional.nll_loss(ref(torch.from_numpy(x)), torch.from_numpy(y))
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=8)
-    mnist_torch.train(args, ref, "cpu", loader, ref_opt, 1)
-    assert history["train"][0][1] == pytest.approx(ref_loss.item(), rel=1e-12)
-    _assert_same_weights(model, ref)
-
-
 def test_generated_images_are_64x64_rgb_in_range():
     dc = mnist_torch.port("dcgan")
     x = dc.generated_images(16)
@@ -103,46 +70,70 @@ def test_dcgan_port_runs(tmp_path):
         assert (tmp_path / name).stat().st_size > 100, name
 
 
-@pytest.mark.parametrize("width", [4])
-def test_dcgan_first_steps_equal_the_original(monkeypatch, width):
-    dc = mnist_torch.port("dcgan")
-    nz, batch = 8, 4
-    monkeypatch.setattr(dcgan_torch, "nz", nz)
-    monkeypatch.setattr(dcgan_torch, "ngf", width)
-    monkeypatch.setattr(dcgan_torch, "ndf", width)
-    torch.manual_seed(0)
-    ref_g, ref_d = dcgan_torch.Generator(1).double(), dcgan_torch.Discriminator(1).double()
-    ref_g.apply(dcgan_torch.weights_init)
-    ref_d.apply(dcgan_torch.weights_init)
-    net_g, net_d = dc.Generator(nz, width, 3).double(), dc.Discriminator(width, 3).double()
-    ports.copy_weights(ref_g, net_g)
-    ports.copy_weights(ref_d, net_d)
+def _losses(values) -> np.ndarray:
+    """Losses as floats: tensors, numbers, or tuples of them (dcgan's errD, errG)."""
+    def one(v):
+        if isinstance(v, (tuple, list)):
+            return [one(u) for u in v]
+        return float(v.item() if hasattr(v, "item") else v)
 
-    def adam(params, lib):
-        return lib.optim.Adam(params, lr=2e-4, betas=(0.5, 0.999))
-
-    ref_opts = (adam(ref_d.parameters(), torch), adam(ref_g.parameters(), torch))
-    opts = (adam(net_d.parameters(), tg), adam(net_g.parameters(), tg))
-    rng = np.random.default_rng(0)
-    for _ in range(2):  # the second step starts from the first one's Adam state and BN stats
-        real = dc.generated_images(batch, seed=int(rng.integers(1000))).astype(np.float64)
-        noise = rng.standard_normal((batch, nz, 1, 1))
-        got = dc.train_step(net_d, net_g, *opts, tg.nn.BCELoss(), tg.tensor(real),
-                            tg.tensor(noise))
-        want = dcgan_torch.train_step(ref_d, ref_g, *ref_opts, torch.nn.BCELoss(),
-                                      torch.from_numpy(real), torch.from_numpy(noise))
-        np.testing.assert_allclose(got, want, rtol=1e-10)  # errD, errG, D(x), D(G(z)) x 2
-        _assert_same_weights(net_g, ref_g, rtol=1e-9)
-        _assert_same_weights(net_d, ref_d, rtol=1e-9)
+    return np.asarray(one(list(values)), np.float64)
 
 
-def test_ports_timing_script_runs(capsys):
-    out = ports.main(["--rounds", "1", "--steps", "1", "--batch-size", "4", "--ngf", "2",
-                      "--ndf", "2"])
-    assert set(out) == {"mnist", "dcgan"}
+def _assert_same_weights(tg_model, torch_model, free=()) -> None:
+    """Every tensor of the state_dict within 1e-8 of the original's, relative to the tensor's
+    largest entry (Adam's and Adadelta's first steps divide by the gradient's size, so an entry
+    whose gradient is near zero carries that gradient's rounding)."""
+    want = torch_model.state_dict()
+    got = tg_model.state_dict()
+    assert set(got) == set(want)
+    for k, v in want.items():
+        y = v.detach().numpy().astype(np.float64)
+        x = np.asarray(got[k].numpy(), np.float64)
+        assert x.shape == y.shape, k
+        if k in free:
+            assert np.isfinite(x).all(), k
+            continue
+        np.testing.assert_allclose(x, y, rtol=1e-8, atol=1e-8 * float(np.abs(y).max(initial=0)),
+                                   err_msg=k)
+
+
+@pytest.mark.filterwarnings("ignore:dropout2d. Received a 2-D input")  # mnist_rnn, both sides
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")  # gcn's torch.sparse_coo_tensor
+@pytest.mark.parametrize("name", list(ports.PROGRAMS))
+def test_port_equals_its_original_in_float64(name):
+    pair = ports.PROGRAMS[name]("tiny", np.float64)
+    got, want = _losses(pair.port()), _losses(pair.original())
+    assert len(got) == pair.steps and np.isfinite(got).all()
+    if want.size:  # mnist's original train() returns no loss: its weights are compared
+        np.testing.assert_allclose(got, want, rtol=1e-8)
+    for tg_model, torch_model in pair.models:
+        _assert_same_weights(tg_model, torch_model, pair.free)
+
+
+def test_every_program_has_three_sizes_and_the_suite_has_ten():
+    assert len(ports.PROGRAMS) >= 10
+    for name, build in ports.PROGRAMS.items():
+        assert build.__doc__, name
+    with pytest.raises(KeyError):
+        ports.regression("huge")
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+def test_ports_timing_script_runs(capsys, tmp_path):
+    out = ports.main(["--size", "tiny", "--rounds", "1", "--only", "regression,gcn",
+                      "--json", str(tmp_path / "r.json")])
+    assert set(out) == {"regression", "gcn"}
     for r in out.values():
         assert r["tapegrad_s"] > 0 and r["torch_s"] > 0 and r["ratio"] > 0
-    assert "dcgan, batch 4, ngf 2, ndf 2:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "regression, batch 8:" in printed and "geometric mean over 2 programs" in printed
+    assert json.loads((tmp_path / "r.json").read_text())["size"] == "tiny"
+    ports.main(["--table", str(tmp_path / "r.json")])
+    table = capsys.readouterr().out
+    assert "| regression | batch 8 |" in table and "| geometric mean |" in table
+    with pytest.raises(SystemExit, match="unknown program"):
+        ports.main(["--only", "resnet50"])
 
 
 @pytest.mark.parametrize("name", ["mnist", "dcgan"])
@@ -154,3 +145,11 @@ def test_small_flag_shrinks_the_run(name):
         assert (args.batchSize, args.ngf, args.ndf) == (16, 16, 16)
     else:
         assert args.epochs == 1
+
+
+def test_profile_lists_the_ports_costs(capsys):
+    rows = ports.main(["--size", "tiny", "--only", "regression", "--profile"])["regression"]
+    names = [k for k, _ in rows["profile"]]
+    assert any("linear" in k for k in names), names
+    assert names[-1].startswith("outside primitives")
+    assert "ms/step in tapegrad" in capsys.readouterr().out
