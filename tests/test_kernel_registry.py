@@ -31,6 +31,7 @@ from tapegrad.nn import _f_pool as P
 from tapegrad.nn import _f_rnn as RNN
 from tapegrad.ops import _elementwise as E
 from tapegrad.ops import _softmax as SM
+from tapegrad.ops import _special
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -168,6 +169,12 @@ CASES = {
     "conv_pack": (True, lambda dt: (CV._pack, (_r(39, (2, 4, 6, 6), dt), 2))),
     "conv_bias_grad": (False, lambda dt: (CV._bias_grad, (_r(39, (2, 4, 6, 6), dt),))),
     "adam": (True, _adam_case),
+    "gelu_tanh": (False, lambda dt: (E._gelu_tanh_np, (_r(60, (64, 64), dt),))),
+    "gelu_tanh_grad": (False, lambda dt: (
+        E._gelu_tanh_grad, (ARRAYS, _r(61, (128, 64), dt), _r(62, (128, 64), dt)))),
+    "erf": (False, lambda dt: (_special.erf, (_r(63, (64, 64), dt),))),
+    "erf_grad": (False, lambda dt: (
+        E._erf_grad, (ARRAYS, _r(64, (128, 64), dt), _r(65, (128, 64), dt)))),
 }
 CASES.update(_recurrent_cases())
 

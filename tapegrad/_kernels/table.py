@@ -56,7 +56,7 @@ def flat_floats(p: Any, *arrays: Any) -> bool:
                     and a.flags.c_contiguous for a in arrays))
 
 
-# -- elementwise activations (elementwise.py, activation.py, gelu.py) --------------------------
+# -- elementwise activations (elementwise.py, activation.py) ----------------------------------
 def _act(x: Any, *_: Any) -> bool:
     # above 4096 elements the loop's call costs less than numpy's extra pass (activation
     # benchmarks, benchmarks/kernels.py)
@@ -70,20 +70,12 @@ def _act_grad(g: Any, ans: Any, *_: Any) -> bool:
             and g.flags.c_contiguous and ans.flags.c_contiguous)
 
 
-def _gelu_grad(xp: Any, g: Any, x: Any) -> bool:
-    # as _act_grad; a broadcast seed (the gradient of a sum) is copied by the entry: the
-    # float64 reference costs more
-    return (g.shape == x.shape and g.size >= 1 << 13 and floats(g, x)
-            and x.flags.c_contiguous)
-
 
 register("relu", "loop", _act, "elementwise:relu")
 register("leaky_relu", "loop", _act, "elementwise:leaky_relu")
-register("gelu", "loop", _act, "gelu:gelu")
 register("relu_grad", "loop", _act_grad, "activation:relu_grad")
 register("leaky_relu_grad", "loop", lambda xp, g, ans, slope: _act_grad(g, ans),
          "activation:leaky_relu_grad_op")
-register("gelu_grad", "loop", _gelu_grad, "gelu:gelu_grad_op")
 
 
 # -- softmax along the last axis (softmax.py) -------------------------------------------------
@@ -234,3 +226,21 @@ def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bo
 for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
     register(_op, "numba", _seq_fits, f"rnn:{_op}")
     register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")
+
+
+# -- GELU (erf and tanh forms), erf (gelu.py) -------------------------------------------------
+def _special(x: Any) -> bool:
+    # at every size: the references compute erf in some forty numpy passes, tanh GELU in ten
+    # (1 thread, float32: 8 elements 1.6 us against 4.3 for GELU's reference and 1.8 against
+    # 1.6 for erf's, 64 elements 1.6 against 33; tanh GELU 1.6 against 4.5)
+    return x.size > 0 and floats(x) and x.flags.c_contiguous
+
+
+def _special_grad(xp: Any, g: Any, x: Any) -> bool:
+    # a broadcast seed (the gradient of a sum) is copied by the entry
+    return g.shape == x.shape and _special(x) and floats(g, x)
+
+
+for _op in ("gelu", "gelu_tanh", "erf"):
+    register(_op, "loop", _special, f"gelu:{_op}")
+    register(_op + "_grad", "loop", _special_grad, f"gelu:{_op}_grad_op")
