@@ -126,7 +126,7 @@ register("binary_cross_entropy_grad", "loop",
          "elementwise:bce_grad_op")
 
 
-# -- linear's bias, gathers' scatter-add (elementwise.py, gather.py) --------------------------
+# -- linear's bias (elementwise.py) --------------------------------------------------------
 def _add_bias(y: Any, b: Any) -> bool:
     # from 16384 elements: below, numba's dispatch costs what the loop saves
     return (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and floats(y, b)
@@ -134,9 +134,6 @@ def _add_bias(y: Any, b: Any) -> bool:
 
 
 register("add_bias", "loop", _add_bias, "elementwise:add_rows")
-register("scatter_add_rows", "one pass",
-         lambda g2, idx, n, presorted: bool(idx.size) and floats(g2) and idx.dtype.kind in "iu",
-         "gather:scatter_add_rows_op")
 
 
 # -- layer norm, batch norm (layernorm.py, batchnorm.py) --------------------------------------
@@ -244,3 +241,41 @@ def _special_grad(xp: Any, g: Any, x: Any) -> bool:
 for _op in ("gelu", "gelu_tanh", "erf"):
     register(_op, "loop", _special, f"gelu:{_op}")
     register(_op + "_grad", "loop", _special_grad, f"gelu:{_op}_grad_op")
+
+
+# -- gathers along an axis and their scatter-adds (gather.py) ---------------------------------
+def axis_index(idx: Any) -> tuple[int, Any] | None:
+    """``(axis, array)`` when ``idx`` is an integer array alone or after ``axis`` full slices
+    (``x[a]``, ``x[:, a]``, ``index_select``, ``index_add``); None otherwise."""
+    if type(idx) is np.ndarray:
+        return (0, idx) if idx.dtype.kind in "iu" and idx.ndim else None
+    if type(idx) is not tuple or not idx:
+        return None
+    last = idx[-1]
+    if type(last) is not np.ndarray or last.dtype.kind not in "iu" or not last.ndim:
+        return None
+    for s in idx[:-1]:
+        if type(s) is not slice or s != slice(None):
+            return None
+    return len(idx) - 1, last
+
+
+def _rows_fit(x: Any, idx: Any) -> bool:
+    # from 256 elements moved: below, numpy's fancy indexing costs what numba's call does
+    return x.size >= 256 and floats(x) and x.flags.c_contiguous and axis_index(idx) is not None
+
+
+register("getitem_rows", "one pass", lambda x, idx, advanced, shape: _rows_fit(x, idx),
+         "gather:getitem_op")
+# np.add.at loops per element: the kernel at every size
+register("index_grad_rows", "one pass",
+         lambda g, idx, shape, advanced: floats(g) and axis_index(idx) is not None,
+         "gather:index_grad_op")
+register("take_rows", "one pass",
+         lambda x, idx, axis, n, zero_row, masked: (
+             not masked and x.size >= 256 and floats(x) and type(idx) is np.ndarray
+             and idx.dtype.kind in "iu"),
+         "gather:take_op")
+register("scatter_add_rows", "one pass",
+         lambda g2, idx, n, presorted: bool(idx.size) and floats(g2) and idx.dtype.kind in "iu",
+         "gather:scatter_add_rows_op")
