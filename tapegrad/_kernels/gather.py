@@ -18,6 +18,7 @@ Imported only when numba is selected.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from numba import prange
@@ -56,42 +57,42 @@ def _rows(idx: Any, n: int) -> Any:
 
 
 @jit()
-def _take(x, idx, out, r0, r1):  # type: ignore[no-untyped-def]
-    # out rows r0..r1 of (pre * m) rows: out[p, i, :] = x[p, idx[i], :]
-    n, post = x.shape[1], x.shape[2]
-    m = idx.size
+def _take(x, idx, out, i0, i1):  # type: ignore[no-untyped-def]
+    # out[p, i, :] = x[p, idx[i], :] for i0 <= i < i1 (unsigned offsets: no wraparound checks,
+    # so the row copy vectorises)
+    n, post = U(x.shape[1]), U(x.shape[2])
+    m = U(idx.size)
     xf = x.reshape(-1)
     of = out.reshape(-1)
-    for r in range(r0, r1):
-        p = r // m
-        src = (p * n + idx[r - p * m]) * post
-        dst = r * post
-        for j in range(post):
-            of[dst + j] = xf[src + j]
+    for p in range(U(x.shape[0])):
+        for i in range(U(i0), U(i1)):
+            src = (p * n + U(idx[i])) * post
+            dst = (p * m + i) * post
+            for j in range(post):
+                of[dst + j] = xf[src + j]
 
 
 @jit(parallel=True)
 def _take_par(x, idx, out):  # type: ignore[no-untyped-def]
     p = num_threads()
-    rows = out.shape[0] * out.shape[1]
     for i in prange(p):
-        r0, r1 = bounds(rows, p, i, 1)
-        _take(x, idx, out, r0, r1)
+        i0, i1 = bounds(idx.size, p, i, 1)
+        _take(x, idx, out, i0, i1)
 
 
 @jit()
 def _add(g, idx, out, d0, d1):  # type: ignore[no-untyped-def]
     # destinations d0 <= idx[i] < d1 only: out[p, idx[i], :] += g[p, i, :], in input order
-    m, post = g.shape[1], g.shape[2]
-    n = out.shape[1]
+    m, post = U(g.shape[1]), U(g.shape[2])
+    n = U(out.shape[1])
     gf = g.reshape(-1)
     of = out.reshape(-1)
-    for p in range(g.shape[0]):
+    for p in range(U(g.shape[0])):
         for i in range(m):
             d = idx[i]
             if d0 <= d < d1:
                 src = (p * m + i) * post
-                dst = (p * n + d) * post
+                dst = (p * n + U(d)) * post
                 for j in range(post):
                     of[dst + j] += gf[src + j]
 
@@ -114,10 +115,10 @@ def take_rows(x3: Any, idx: Any) -> Any:
     in ``[0, n)``: ``(pre, m, post)``."""
     out = np.empty((x3.shape[0], idx.size, x3.shape[2]), x3.dtype)
     if out.size:
-        if _parallel(out.size) and out.shape[0] * out.shape[1] > 1:
+        if _parallel(out.size) and idx.size > 1:
             _take_par(x3, idx, out)
         else:
-            _take(x3, idx, out, 0, out.shape[0] * out.shape[1])
+            _take(x3, idx, out, 0, idx.size)
     return out
 
 
@@ -144,7 +145,7 @@ def getitem_op(x: Any, idx: Any, advanced: bool, shape: Any) -> Any:
     flat = _rows(a, n)
     if flat is None:
         return _getitem_np(x, idx, advanced, shape)
-    pre = int(np.prod(x.shape[:ax]))
+    pre = math.prod(x.shape[:ax])
     y = take_rows(x.reshape(pre, n, -1), flat)
     return y.reshape(x.shape[:ax] + a.shape + x.shape[ax + 1:])
 
@@ -159,8 +160,8 @@ def index_grad_op(g: Any, idx: Any, shape: Any, advanced: bool) -> Any:
     flat = _rows(a, n)
     if flat is None:
         return _scatter_fwd(g, idx, shape, advanced)
-    pre = int(np.prod(shape[:ax], dtype=np.int64))
-    post = int(np.prod(shape[ax + 1:], dtype=np.int64))
+    pre = math.prod(shape[:ax])
+    post = math.prod(shape[ax + 1:])
     g3 = np.ascontiguousarray(g).reshape(pre, flat.size, post)
     return add_rows(g3, flat, n).reshape(shape)
 
@@ -173,7 +174,7 @@ def take_op(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) ->
     flat = _rows(idx, n)
     if flat is None:
         return _take_fwd(x, idx, axis, n, zero_row, masked)
-    pre = int(np.prod(x.shape[:axis]))
+    pre = math.prod(x.shape[:axis])
     y = take_rows(np.ascontiguousarray(x).reshape(pre, n, -1), flat)
     return y.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
 
