@@ -26,6 +26,7 @@ from numba import prange
 from .._backend import np
 from . import jit, threads
 from .chunks import bounds, num_threads
+from .registry import NotReady
 from .table import axis_index
 
 U = np.uint64
@@ -45,12 +46,13 @@ def _span(idx):  # type: ignore[no-untyped-def]
 
 
 def _rows(idx: Any, n: int) -> Any:
-    """``idx`` flat as int64 in ``[0, n)`` (negatives wrapped), or None when one is out of
-    range."""
+    """``idx`` flat as int64 in ``[0, n)`` (negatives wrapped); an index out of range raises
+    ``NotReady`` (before any write), which leaves the call to the reference: it raises the
+    op's own error."""
     flat = np.ascontiguousarray(idx, dtype=np.int64).reshape(-1)
     lo, hi = _span(flat)
     if hi >= n or lo < -n:
-        return None
+        raise NotReady
     if lo < 0:
         flat = np.where(flat < 0, flat + n, flat)
     return flat
@@ -137,14 +139,10 @@ def add_rows(g3: Any, idx: Any, n: int) -> Any:
 # -- an integer array on one axis, slices over the others (x[idx], x[:, idx], index_add) -----
 def getitem_op(x: Any, idx: Any, advanced: bool, shape: Any) -> Any:
     """``x[idx]`` for ``idx`` an integer array on one axis (``axis_index``), with the
-    arguments of its reference; the reference where an index is out of range."""
-    from ..ops._shape import _getitem_np  # noqa: PLC0415 - the reference (ops imports kernels)
-
+    arguments of its reference."""
     ax, a = axis_index(idx)  # type: ignore[misc]
     n = x.shape[ax]
     flat = _rows(a, n)
-    if flat is None:
-        return _getitem_np(x, idx, advanced, shape)
     pre = math.prod(x.shape[:ax])
     y = take_rows(x.reshape(pre, n, -1), flat)
     return y.reshape(x.shape[:ax] + a.shape + x.shape[ax + 1:])
@@ -153,13 +151,9 @@ def getitem_op(x: Any, idx: Any, advanced: bool, shape: Any) -> Any:
 def index_grad_op(g: Any, idx: Any, shape: Any, advanced: bool) -> Any:
     """The scatter-add of ``g`` into zeros of ``shape`` at ``idx`` (``axis_index``), with the
     arguments of its reference."""
-    from ..ops._shape import _scatter_fwd  # noqa: PLC0415
-
     ax, a = axis_index(idx)  # type: ignore[misc]
     n = shape[ax]
     flat = _rows(a, n)
-    if flat is None:
-        return _scatter_fwd(g, idx, shape, advanced)
     pre = math.prod(shape[:ax])
     post = math.prod(shape[ax + 1:])
     g3 = np.ascontiguousarray(g).reshape(pre, flat.size, post)
@@ -169,11 +163,7 @@ def index_grad_op(g: Any, idx: Any, shape: Any, advanced: bool) -> Any:
 # -- embedding's row gather and its adjoint (nn._f_common's take) ----------------------------
 def take_op(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) -> Any:
     """``x.take(idx, axis)`` with the arguments of its reference (unmasked)."""
-    from ..nn._f_common import _take_fwd  # noqa: PLC0415
-
     flat = _rows(idx, n)
-    if flat is None:
-        return _take_fwd(x, idx, axis, n, zero_row, masked)
     pre = math.prod(x.shape[:axis])
     y = take_rows(np.ascontiguousarray(x).reshape(pre, n, -1), flat)
     return y.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
