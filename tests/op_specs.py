@@ -237,7 +237,7 @@ add(
     row("leaky_relu/negative_slope", None, lambda x: tg.leaky_relu(x, -0.3), lambda x: TF.leaky_relu(x, -0.3), (B, NZ)),
     row("elu", None, lambda x: tg.elu(x, 1.5), lambda x: TF.elu(x, 1.5), (B, NZ)),
     row("gelu/erf", "gelu", tg.gelu, TF.gelu, (B, real(-4, 4)), tol64=(1e-13, 1e-14), dtypes=(F64, F32)),
-    row("gelu/tanh", None, lambda x: tg.gelu(x, "tanh"), lambda x: TF.gelu(x, approximate="tanh"), (B, real(-4, 4))),
+    row("gelu/tanh", "gelu_tanh", lambda x: tg.gelu(x, "tanh"), lambda x: TF.gelu(x, approximate="tanh"), (B, real(-4, 4)), dtypes=(F64, F32)),
     row("silu", None, tg.silu, TF.silu, (B, real(-4, 4))),
     row("softplus/beta", None, lambda x: tg.softplus(x, beta=2.0, threshold=5.0), lambda x: TF.softplus(x, beta=2.0, threshold=5.0), (B, real(-4, 4))),
     row("clip", None, lambda x: tg.clip(x, -0.5, 0.7), lambda x: torch.clamp(x, -0.5, 0.7), (B, R)),

@@ -33,6 +33,7 @@ from tapegrad.nn import _f_rnn as RNN
 from tapegrad.ops import _elementwise as E
 from tapegrad.ops import _shape as SH
 from tapegrad.ops import _softmax as SM
+from tapegrad.ops import _special
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -198,6 +199,20 @@ CASES = {
                                              for c in _conv_cases(dt)]),
     "conv2d_weight_grad": (False, lambda dt: [
         (CV._weight_grad_ref, (c[3], c[0], c[4], c[5], c[1].shape)) for c in _conv_cases(dt)]),
+    "gelu_tanh": (False, lambda dt: (E._gelu_tanh_np, (_r(60, (64, 64), dt),))),
+    "gelu_tanh_grad": (False, lambda dt: (
+        E._gelu_tanh_grad, (ARRAYS, _r(61, (128, 64), dt), _r(62, (128, 64), dt)))),
+    "erf": (False, lambda dt: (_special.erf, (_r(63, (64, 64), dt),))),
+    "erf_grad": (False, lambda dt: (
+        E._erf_grad, (ARRAYS, _r(64, (128, 64), dt), _r(65, (128, 64), dt)))),
+    "getitem_rows": (True, lambda dt: (SH._getitem_np, (
+        _r(66, (6, 50, 4), dt), (slice(None), np.array([[3, -1], [49, 0], [7, 7]])), True,
+        (6, 50, 4)))),
+    "index_grad_rows": (True, lambda dt: (SH._scatter_fwd, (
+        _r(67, (6, 40, 4), dt), (slice(None), np.random.default_rng(68).integers(-9, 9, 40)),
+        (6, 9, 4), True))),
+    "take_rows": (True, lambda dt: (C._take_fwd, (
+        _r(69, (50, 8), dt), np.array([[1, 2], [49, 0]]), 0, 50, None, False))),
 }
 CASES.update(_recurrent_cases())
 

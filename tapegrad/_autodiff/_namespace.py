@@ -25,6 +25,20 @@ class ArrayNamespace:
     def apply(prim: Any, *args: Any, **params: Any) -> Any:
         return prim.fwd(*args, **params)
 
+    @staticmethod
+    def broadcast_to(a: Any, shape: Any) -> Any:
+        """``np.broadcast_to``; a small result is filled instead (numpy's view is built in
+        Python: a reduction's gradient on a 64 x 2 batch took 2.1 us that way, 0.5 filled)."""
+        if type(a) is np.ndarray and a.size == 1 and a.ndim <= len(shape) <= 4:
+            n = 1
+            for d in shape:
+                n *= d
+            if n <= 4096:
+                out = np.empty(shape, a.dtype)
+                out.fill(a.reshape(()))
+                return out
+        return np.broadcast_to(a, shape)
+
     data = const = staticmethod(lambda x: x)  # arrays are their own data and constants
     is_operand = staticmethod(is_array)
 

@@ -57,7 +57,7 @@ def flat_floats(p: Any, *arrays: Any) -> bool:
                     and a.flags.c_contiguous for a in arrays))
 
 
-# -- elementwise activations (elementwise.py, activation.py, gelu.py) --------------------------
+# -- elementwise activations (elementwise.py, activation.py) ----------------------------------
 def _act(x: Any, *_: Any) -> bool:
     # above 4096 elements the loop's call costs less than numpy's extra pass (activation
     # benchmarks, benchmarks/kernels.py)
@@ -71,20 +71,12 @@ def _act_grad(g: Any, ans: Any, *_: Any) -> bool:
             and g.flags.c_contiguous and ans.flags.c_contiguous)
 
 
-def _gelu_grad(xp: Any, g: Any, x: Any) -> bool:
-    # as _act_grad; a broadcast seed (the gradient of a sum) is copied by the entry: the
-    # float64 reference costs more
-    return (g.shape == x.shape and g.size >= 1 << 13 and floats(g, x)
-            and x.flags.c_contiguous)
-
 
 register("relu", "loop", _act, "elementwise:relu")
 register("leaky_relu", "loop", _act, "elementwise:leaky_relu")
-register("gelu", "loop", _act, "gelu:gelu")
 register("relu_grad", "loop", _act_grad, "activation:relu_grad")
 register("leaky_relu_grad", "loop", lambda xp, g, ans, slope: _act_grad(g, ans),
          "activation:leaky_relu_grad_op")
-register("gelu_grad", "loop", _gelu_grad, "gelu:gelu_grad_op")
 
 
 # -- softmax along the last axis (softmax.py) -------------------------------------------------
@@ -135,7 +127,7 @@ register("binary_cross_entropy_grad", "loop",
          "elementwise:bce_grad_op")
 
 
-# -- linear's bias, gathers' scatter-add (elementwise.py, gather.py) --------------------------
+# -- linear's bias (elementwise.py) --------------------------------------------------------
 def _add_bias(y: Any, b: Any) -> bool:
     # from 16384 elements: below, numba's dispatch costs what the loop saves
     return (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and floats(y, b)
@@ -143,9 +135,6 @@ def _add_bias(y: Any, b: Any) -> bool:
 
 
 register("add_bias", "loop", _add_bias, "elementwise:add_rows")
-register("scatter_add_rows", "one pass",
-         lambda g2, idx, n, presorted: bool(idx.size) and floats(g2) and idx.dtype.kind in "iu",
-         "gather:scatter_add_rows_op")
 
 
 # -- layer norm, batch norm (layernorm.py, batchnorm.py) --------------------------------------
@@ -306,3 +295,57 @@ def _conv_strategies() -> None:
 
 
 _conv_strategies()
+# -- GELU (erf and tanh forms), erf (gelu.py) -------------------------------------------------
+def _special(x: Any) -> bool:
+    # at every size: the references compute erf in some forty numpy passes, tanh GELU in ten
+    # (1 thread, float32: 8 elements 1.6 us against 4.3 for GELU's reference and 1.8 against
+    # 1.6 for erf's, 64 elements 1.6 against 33; tanh GELU 1.6 against 4.5)
+    return x.size > 0 and floats(x) and x.flags.c_contiguous
+
+
+def _special_grad(xp: Any, g: Any, x: Any) -> bool:
+    # a broadcast seed (the gradient of a sum) is copied by the entry
+    return g.shape == x.shape and _special(x) and floats(g, x)
+
+
+for _op in ("gelu", "gelu_tanh", "erf"):
+    register(_op, "loop", _special, f"gelu:{_op}")
+    register(_op + "_grad", "loop", _special_grad, f"gelu:{_op}_grad_op")
+
+
+# -- gathers along an axis and their scatter-adds (gather.py) ---------------------------------
+def axis_index(idx: Any) -> tuple[int, Any] | None:
+    """``(axis, array)`` when ``idx`` is an integer array alone or after ``axis`` full slices
+    (``x[a]``, ``x[:, a]``, ``index_select``, ``index_add``); None otherwise."""
+    if type(idx) is np.ndarray:
+        return (0, idx) if idx.dtype.kind in "iu" and idx.ndim else None
+    if type(idx) is not tuple or not idx:
+        return None
+    last = idx[-1]
+    if type(last) is not np.ndarray or last.dtype.kind not in "iu" or not last.ndim:
+        return None
+    for s in idx[:-1]:
+        if type(s) is not slice or s != slice(None):
+            return None
+    return len(idx) - 1, last
+
+
+def _rows_fit(x: Any, idx: Any) -> bool:
+    # from 256 elements moved: below, numpy's fancy indexing costs what numba's call does
+    return x.size >= 256 and floats(x) and x.flags.c_contiguous and axis_index(idx) is not None
+
+
+register("getitem_rows", "one pass", lambda x, idx, advanced, shape: _rows_fit(x, idx),
+         "gather:getitem_op")
+# np.add.at loops per element: the kernel at every size
+register("index_grad_rows", "one pass",
+         lambda g, idx, shape, advanced: floats(g) and axis_index(idx) is not None,
+         "gather:index_grad_op")
+register("take_rows", "one pass",
+         lambda x, idx, axis, n, zero_row, masked: (
+             not masked and x.size >= 256 and floats(x) and type(idx) is np.ndarray
+             and idx.dtype.kind in "iu"),
+         "gather:take_op")
+register("scatter_add_rows", "one pass",
+         lambda g2, idx, n, presorted: bool(idx.size) and floats(g2) and idx.dtype.kind in "iu",
+         "gather:scatter_add_rows_op")

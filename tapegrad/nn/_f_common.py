@@ -192,6 +192,10 @@ def _take_fwd(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) 
     return y
 
 
+def _take_fwd_op(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) -> Any:
+    return dispatch("take_rows", _take_fwd, x, idx, axis, n, zero_row, masked)
+
+
 def _take_grad_fwd(g: Any, idx: Any, axis: int, n: int, zero_row: Any) -> Any:
     # the idx dimensions of g moved to the front and summed into n rows
     xp = xp_of(g)
@@ -211,7 +215,7 @@ def _take_grad_fwd(g: Any, idx: Any, axis: int, n: int, zero_row: Any) -> Any:
 # step's input they come from (an embedding's token ids) instead of a constant.
 _TAKE = defprim(
     "nn.take",
-    _take_fwd,
+    _take_fwd_op,
     (
         lambda xp, g, ans, x, idx, axis, n, zero_row, masked: xp.apply(
             _TAKE_GRAD, g, idx, axis=axis, n=n, zero_row=zero_row

@@ -122,8 +122,20 @@ relu = _unary(
     # the functions dispatch to kernels; a loop runs the expressions (the same numbers)
     Elementwise(relu_expr(X(0)), (G * positive(ANS),)),
 )  # fmt: skip
+def _erf_fwd(x: Any) -> Any:
+    if x.dtype.kind not in "fc":
+        x = x.astype(default_float())
+    return dispatch("erf", _special.erf, x)
+
+
+def _erf_grad(xp: Any, g: Any, x: Any) -> Any:
+    return g * _TWO_OVER_SQRT_PI * xp.exp(-(x * x))
+
+
+# a compiled pass each way on float arrays (_kernels/gelu.py: float32 polynomials, libm's erf
+# in float64); the numpy reference is float64-accurate in about forty passes
 erf = _unary(
-    "erf", _floatin(_special.erf), lambda xp, g, ans, x: g * _TWO_OVER_SQRT_PI * xp.exp(-(x * x)),
+    "erf", _erf_fwd, lambda xp, g, ans, x: dispatch("erf_grad", _erf_grad, xp, g, x),
     doc="The error function (float64-accurate rational approximation).",
 )  # fmt: skip
 _SIGMOID = PRIMITIVES["sigmoid"]
@@ -605,6 +617,30 @@ def _gelu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
 _gelu = defprim("gelu", _gelu_fwd, _gelu_vjp, (0,))
 
 
+def _gelu_tanh_np(x: Any) -> Any:
+    u = np.multiply(x + np.multiply(x * x, x, dtype=x.dtype) * 0.044715, _SQRT_2_OVER_PI,
+                    dtype=x.dtype)
+    return np.multiply(x, 0.5, dtype=x.dtype) * (np.tanh(u) + 1.0).astype(x.dtype, copy=False)
+
+
+def _gelu_tanh_grad(xp: Any, g: Any, x: Any) -> Any:
+    # d/dx x (1 + tanh u) / 2 = (1 + tanh u) / 2 + x (1 - tanh^2 u) u' / 2, in ops a Tensor
+    # backward can differentiate
+    th = xp.tanh((x + x * x * x * 0.044715) * _SQRT_2_OVER_PI)
+    du = (x * x * (3.0 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+    return g * ((th + 1.0) * 0.5 + x * (1.0 - th * th) * du * 0.5)
+
+
+# tanh GELU as one op on float tensors: a compiled pass each way (_kernels/gelu.py) where the
+# composition makes ten
+_gelu_tanh = defprim(
+    "gelu_tanh",
+    lambda x: dispatch("gelu_tanh", _gelu_tanh_np, x),
+    lambda xp, g, ans, x: dispatch("gelu_tanh_grad", _gelu_tanh_grad, xp, g, x),
+    (0,),
+)
+
+
 def gelu(x: Any, approximate: str = "none") -> Tensor:
     """GELU: ``x * Phi(x)`` with the erf form (``approximate='none'``) or the tanh form.
 
@@ -614,6 +650,8 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
     """
     x = as_tensor(x)
     if approximate == "tanh":
+        if x.dtype.kind == "f":
+            return apply(_gelu_tanh, x)
         return 0.5 * x * (1.0 + tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -534,10 +534,26 @@ def _scatter_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> An
     return z
 
 
+def _index_grad_fwd(g: Any, idx: Any, shape: tuple[int, ...], advanced: bool) -> Any:
+    if advanced:  # an index array on one axis: one compiled pass (_kernels/gather.py)
+        return dispatch("index_grad_rows", _scatter_fwd, g, idx, shape, advanced)
+    return _scatter_fwd(g, idx, shape, advanced)
+
+
+def _getitem_np(x: Any, idx: Any, advanced: bool, shape: tuple[int, ...]) -> Any:
+    return np.asarray(x[idx])
+
+
+def _getitem_fwd(x: Any, idx: Any, advanced: bool, shape: tuple[int, ...]) -> Any:
+    if advanced:
+        return dispatch("getitem_rows", _getitem_np, x, idx, advanced, shape)
+    return np.asarray(x[idx])
+
+
 # scatter-add into zeros of ``shape``: getitem's adjoint, also scatter_add / index_add
 _index_grad: Primitive = defprim(
     "index_grad",
-    _scatter_fwd,
+    _index_grad_fwd,
     lambda xp, gg, ans, g, idx, shape, advanced: xp.apply(
         _getitem, gg, idx=idx, advanced=advanced, shape=gg.shape
     ),
@@ -545,7 +561,7 @@ _index_grad: Primitive = defprim(
 # the VJP needs only the input's shape, so indexing a large tensor keeps nothing alive
 _getitem: Primitive = defprim(
     "getitem",
-    lambda x, idx, advanced, shape: np.asarray(x[idx]),
+    _getitem_fwd,
     lambda xp, g, ans, x, idx, advanced, shape: xp.apply(
         _index_grad, g, idx=idx, shape=shape, advanced=advanced
     ),
@@ -697,7 +713,26 @@ def take_along_axis(x: Any, indices: Any, axis: int) -> Tensor:
         ) from None
     _check_bounds(ind, x.shape[ax], "take_along_axis", ax)
     ind = np.broadcast_to(ind, tuple(ind.shape[i] if i == ax else shape[i] for i in range(x.ndim)))
-    return getitem(x, _grid_index(ind, ax))
+    return getitem(x, _line_index(ind, ax, x.shape) or _grid_index(ind, ax))
+
+
+def _line_index(ind: Any, ax: int, shape: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """``(:, ..., line)``, the same selection as ``_grid_index(ind, ax)`` with one index per
+    position along ``ax``, when ``ind`` (of ``shape`` outside ``ax``) repeats one line over
+    the other axes (an index expanded from a column, as message passing's ``scatter_add``
+    writes it): a row gather or scatter then serves (``_kernels/gather.py``); None otherwise."""
+    if ind.ndim < 2 or ind.size == 0 or builtins.any(
+        n != m for i, (n, m) in enumerate(zip(ind.shape, shape, strict=True)) if i != ax
+    ):
+        return None
+    line = ind[tuple(slice(None) if i == ax else 0 for i in range(ind.ndim))]
+    # an expanded index has zero strides off the axis; otherwise compare the values (one pass,
+    # where the per-element scatter costs far more)
+    wide = builtins.all(ind.strides[i] == 0 or ind.shape[i] == 1
+                        for i in range(ind.ndim) if i != ax)
+    if not wide and not (ind == line.reshape(line.shape + (1,) * (ind.ndim - ax - 1))).all():
+        return None
+    return (slice(None),) * ax + (line,)
 
 
 def _grid_index(ind: Any, ax: int) -> tuple[Any, ...]:
@@ -733,7 +768,8 @@ def scatter_add(x: Any, axis: int, index: Any, src: Any) -> Tensor:
     _check_bounds(ind, x.shape[ax], "scatter_add", ax, negative=False)
     part = src[tuple(slice(n) for n in ind.shape)]
     x, part = operands(x, part)
-    return x + apply(_index_grad, part, idx=_grid_index(ind, ax), shape=x.shape, advanced=True)
+    idx = _line_index(ind, ax, x.shape) or _grid_index(ind, ax)
+    return x + apply(_index_grad, part, idx=idx, shape=x.shape, advanced=True)
 
 
 def index_add(x: Any, axis: int, index: Any, source: Any, alpha: float = 1.0) -> Tensor:
