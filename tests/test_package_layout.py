@@ -29,8 +29,8 @@ OVER_BUDGET = {
     "nn/_f_loss.py": (838, "every loss; nn's reorganisation (one file per loss family)"),
     "ops/_numpy_extra.py": (833, "numpy's long tail and the names numpy and PyTorch share with "
                                  "two meanings; split by family with ops' reorganisation"),
-    "ops/_shape.py": (777, "shape ops; split by family with ops' reorganisation"),
-    "ops/_elementwise.py": (635, "unary and binary rules; split unary/binary"),
+    "ops/_shape.py": (813, "shape ops; split by family with ops' reorganisation"),
+    "ops/_elementwise.py": (673, "unary and binary rules; split unary/binary"),
 }
 
 # Layers, lowest first: a module imports (at module level) its own group and lower layers only.
