@@ -904,9 +904,71 @@ def _numpy_recipes() -> dict[str, Recipe]:
 
 LIBS: dict[str, tuple[Any, Any]] = {"torch": (torch, tg), "Tensor": (torch, tg),
                                     "F": (TF, GF), "numpy": (np, tg)}  # fmt: skip
+def _more_torch(r: dict[str, Recipe], method: bool) -> dict[str, Recipe]:
+    """PyTorch's scans, gathers and selections, as functions or methods (``method``)."""
+    c = _meth if method else _fn
+    g0 = {"grad": False}
+    r["cummax"] = Recipe((lambda ns, x: c("cummax", 0)(ns, x)[0],
+                          lambda ns, x: c("cummax", dim=-1)(ns, x)[1]))
+    r["cummin"] = Recipe((lambda ns, x: c("cummin", 0)(ns, x)[0],
+                          lambda ns, x: c("cummin", dim=-1)(ns, x)[1]))
+    r["logcumsumexp"] = Recipe((c("logcumsumexp", 0), c("logcumsumexp", dim=-1)))
+    r["gather"] = Recipe((lambda ns, x: c("gather", -1, top(ns).argsort(x, dim=-1))(ns, x),))
+    r["masked_select"] = Recipe((lambda ns, x: c("masked_select", x > 0)(ns, x),))
+    r["isclose"] = Recipe((lambda ns, x: c("isclose", x * 1.0000001)(ns, x),
+                           lambda ns, x: c("isclose", x + 1e-3, atol=1e-2)(ns, x)), **g0)
+    r["lerp"] = Recipe((c("lerp", 0.3), lambda ns, x, y: c("lerp", y, weight=0.7)(ns, x)), n=2)
+    r["unflatten"] = Recipe((c("unflatten", -1, (1, -1)), c("unflatten", 0, (-1, 1))))
+    r["bitwise_not"] = Recipe((lambda ns, x: c("bitwise_not")(ns, x > 0),), **g0)
+    if not method:
+        r["std_mean"] = Recipe((lambda ns, x: ns.std_mean(x, dim=0)[0],
+                                lambda ns, x: ns.std_mean(x, dim=-1, keepdim=True)[1]),
+                               ranks=(2, 3))
+    return r
+
+
+def _more_tensor(r: dict[str, Recipe]) -> dict[str, Recipe]:
+    g0 = {"grad": False}
+    for n, dom in (("acos", "unit"), ("asin", "unit"), ("atanh", "unit"), ("acosh", "ge1"),
+                   ("atan", "real"), ("asinh", "real"), ("cosh", "real"), ("sinh", "real"),
+                   ("exp2", "real"), ("neg", "real"), ("negative", "real")):
+        r[n] = unary(n, dom, method=True)
+    for n in ("mul", "multiply"):
+        r[n] = Recipe((_meth(n), lambda ns, x, y, n=n: getattr(x, n)(2.0)), n=2)
+    r["div"] = Recipe((_meth("div"), lambda ns, x, y: x.div(2.0)), n=2, domain="pos")
+    r["divide"] = Recipe((_meth("divide"), lambda ns, x, y: x.divide(y, rounding_mode="trunc"),
+                          lambda ns, x, y: x.div(y, rounding_mode="floor")), n=2, domain="pos",
+                         **g0)
+    r["fmod"] = Recipe((_meth("fmod"), _meth("fmod", 0.7)), n=2, domain="pos", **g0)
+    r["argsort"] = Recipe((_meth("argsort"), _meth("argsort", dim=0),
+                           _meth("argsort", descending=True)), **g0)
+    r["sort"] = Recipe((lambda ns, x: x.sort()[0], lambda ns, x: x.sort(dim=0)[1],
+                        lambda ns, x: x.sort(descending=True)[0]))
+    r["diag"] = Recipe((_meth("diag"), _meth("diag", 1)), ranks=(1, 2))
+    r["diagonal"] = Recipe((_meth("diagonal"), _meth("diagonal", 0, -2, -1)), ranks=(2, 3))
+    r["expand"] = Recipe((lambda ns, x: x.expand(2, *x.shape),
+                          lambda ns, x: x.expand((3, *[-1] * x.ndim))))
+    r["unfold"] = Recipe((_meth("unfold", 0, 1, 1), _meth("unfold", -1, 1, 1)))
+    r["where"] = Recipe((lambda ns, x: x.where(x > 0, x * 2),))
+    r["half"] = Recipe((_meth("half"),), **g0)
+    r["cpu"] = Recipe((_meth("cpu"),))
+    for n in ("bitwise_left_shift", "bitwise_right_shift"):
+        r[n] = Recipe((lambda ns, x, n=n: getattr((x > 0).long(), n)(2),), **g0)
+    return _more_torch(r, method=True)
+
+
+def _more_numpy(r: dict[str, Recipe]) -> dict[str, Recipe]:
+    for n, dom in (("acos", "unit"), ("asin", "unit"), ("atanh", "unit"), ("acosh", "ge1"),
+                   ("atan", "real"), ("asinh", "real")):
+        r[n] = unary(n, dom, grad=False)
+    r["bitwise_not"] = Recipe((lambda ns, x: ns.bitwise_not(x > 0),), grad=False)
+    r["isclose"] = Recipe((lambda ns, x: ns.isclose(x, x * 1.0000001),), grad=False)
+    return r
+
+
 RECIPES: dict[str, dict[str, Recipe]] = {
-    "torch": _torch_recipes(), "Tensor": _tensor_recipes(), "F": _functional_recipes(),
-    "numpy": _numpy_recipes(),
+    "torch": _more_torch(_torch_recipes(), method=False), "Tensor": _more_tensor(_tensor_recipes()),
+    "F": _functional_recipes(), "numpy": _more_numpy(_numpy_recipes()),
 }  # fmt: skip
 
 # Spellings that differ on purpose; each raises in tapegrad (the error names both meanings)
