@@ -302,13 +302,13 @@ def call_at(typingctx: Any, fp: Any, args: Any) -> Any:
     """``f(*args)`` of the compiled kernel whose native entry point is at address ``fp``
     (numba's calling convention, no result): a twin runs its serial kernel's machine code,
     where a call by name would link the serial kernel's IR into it and optimise it again."""
-    if not (isinstance(fp, types.Integer) and isinstance(args, types.BaseTuple)
-            and all(isinstance(a, types.Array) or a == types.int64 for a in args)):
+    if not (isinstance(fp, types.Integer) and isinstance(args, (types.Tuple, types.UniTuple))
+            and all(isinstance(a, types.Array) or a == types.int64 for a in args.types)):
         return None  # the serial kernels take arrays (one data model, any layout) and int64s
     sig = types.none(fp, args)
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        argtys = list(sig.args[1])
+        argtys = list(sig.args[1].types)
         vals = cgutils.unpack_tuple(builder, llargs[1], len(argtys))
         cc = context.call_conv
         f = builder.inttoptr(llargs[0], cc.get_function_type(types.none, argtys).as_pointer())
