@@ -38,6 +38,11 @@ GENERATED_BUDGET = 1300
 # input transform, compiled once), 0.7-1.9 s; written a statement a sum they had 1,500-4,500 in
 # 5.6-7.8 s, so this measure alone does not see that growth: the bytecode budget does.
 LLVM_BUDGET = 5000
+# The parallel twins (``*_par``): a ``prange`` over chunks, each a call of the serial kernel's
+# compiled entry point (``conv_blocked.call_at``): 780-1,210 instructions, 0.4-0.8 s. Calling
+# the serial kernel by name linked its IR into the twin and its parfor body, optimised again:
+# 2,900-6,400 instructions, 1.4-4.1 s.
+TWIN_LLVM_BUDGET = 1500
 
 
 def _bytecode(fn):
@@ -52,6 +57,15 @@ def _generated(p):
     ns: dict = {}
     exec(compile(cb._source(p, p, cb.OB), f"<conv_blocked p{p}>", "exec"), ns)  # noqa: S102
     return {name: ns[name] for name in (*cb._ARGS, *cb.HELPERS)}
+
+
+def _twins(p):
+    """The parallel twins of the generated kernels at ``p`` pixels a block."""
+    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+
+    ns: dict = {}
+    exec(compile(cb._source(p, p, cb.OB), f"<conv_blocked p{p}>", "exec"), ns)  # noqa: S102
+    return {f"{name}_par": ns[f"{name}_par"] for name in cb._ARGS}
 
 
 @numba_only
@@ -116,3 +130,43 @@ def test_generated_kernel_compiles_within_the_llvm_budget(name):
         cfg.SLP_VECTORIZE = old
     n = llvm_instructions(disp.inspect_llvm(disp.signatures[0]))
     assert 500 < n <= LLVM_BUDGET, f"{name}: {n} LLVM instructions"
+
+
+@numba_only
+def test_parallel_twins_call_no_generated_kernel_by_name():
+    """A twin calls its serial kernel through the compiled entry point (``call_at``): a call
+    by name would link the serial kernel's IR into the twin and compile it again (the twins
+    then took 1.4-4.1 s, past the budget)."""
+    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+
+    twins = _twins(8)
+    assert len(twins) == len(cb._ARGS)
+    generated = {*cb._ARGS, *cb.HELPERS}
+    for name, fn in twins.items():
+        called = generated.intersection(fn.__code__.co_names)
+        assert not called, f"{name} calls {sorted(called)} by name, not through call_at"
+        assert "call_at" in fn.__code__.co_names, name
+
+
+@numba_only
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fwds_par", "wgrads_par"])  # the largest
+def test_parallel_twin_compiles_within_the_twin_llvm_budget(name):
+    """A twin at AVX-512's blocks compiled afresh in float32 as conv_blocked._kernel compiles
+    it (0.5-0.8 CPU s): its optimised IR, parfor body included, within TWIN_LLVM_BUDGET, which
+    the serial kernel's IR linked in (1,600-4,700 instructions on its own) would pass."""
+    import numba  # noqa: PLC0415
+    from numba.core.registry import CPUDispatcher  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+
+    opts = {"nopython": True, "fastmath": {"contract"}, "error_model": "numpy", "nogil": True,
+            "parallel": True}
+    kinds = {"t": "f4[:, :, :, ::1]", "v": "f4[::1]", "w": "f4[:, :, ::1]"}
+    arrays, ints = cb._ARGS[name[:-4]]
+    sig = numba.core.sigutils.normalize_signature(
+        f"void({', '.join(kinds[a] for a in arrays)}{', int64' * (ints + 1)})")[0]
+    disp = CPUDispatcher(_twins(8)[name], targetoptions=opts)
+    disp.compile(sig)
+    n = llvm_instructions(disp.inspect_llvm(disp.signatures[0]))
+    assert 300 < n <= TWIN_LLVM_BUDGET, f"{name}: {n} LLVM instructions"
