@@ -671,8 +671,8 @@ def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1, spaci
         if isinstance(d, int):
             d = [d]
         h = 1.0 if spacing is _UNSAID else spacing
-        hs = tuple(h) if isinstance(h, (list, tuple)) else (h,)
-        out = gradient(f, *hs, axis=list(range(f.ndim)) if d is None else list(d),
+        spacings = tuple(h) if isinstance(h, (list, tuple)) else (h,)
+        out = gradient(f, *spacings, axis=list(range(f.ndim)) if d is None else list(d),
                        edge_order=edge_order)
         return tuple(out) if isinstance(out, list) else (out,)
     if f.ndim == 1 and axis is None:
