@@ -101,6 +101,17 @@ def test_the_bytecode_measure_grows_with_unrolled_code():
 
 
 @numba_only
+def test_direct_convolution_twins_call_their_serial_kernel_by_address():
+    """conv_direct's twins as the generated ones: through ``call_at``, not ``_fwd`` / ``_wgrad``
+    by name (linked into the twin, they compiled in 5.6-6.6 CPU s; through the address, 0.5-0.7)."""
+    from tapegrad._kernels import conv_direct as cd  # noqa: PLC0415
+
+    for twin, serial in ((cd._fwd_par, "_fwd"), (cd._wgrad_par, "_wgrad")):
+        names = twin.py_func.__code__.co_names
+        assert serial not in names and "call_at" in names, twin.py_func.__name__
+
+
+@numba_only
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["wfwd", "wgradw", "fwd", "tgrad"])  # the largest
 def test_generated_kernel_compiles_within_the_llvm_budget(name):
