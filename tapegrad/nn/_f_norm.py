@@ -202,8 +202,8 @@ def _channel(v: Any, ndim: int) -> Any:
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _bn(x: Any, w: Any, b: Any, eps: float) -> Any:
-    y, _ = _bn_stats(ARRAYS, x, eps)
+def _bn(x: Any, w: Any, b: Any, eps: float, axes: Any = None) -> Any:
+    y, _ = _bn_stats(ARRAYS, x, eps, axes)
     if w is not None:
         y *= _channel(w, x.ndim)
     if b is not None:
@@ -215,15 +215,20 @@ def _bn_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
     return dispatch("batch_norm", _bn, x, w, b, eps)
 
 
-def _bn_grad(xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any) -> tuple[Any, Any, Any]:
-    axes = (0,) + tuple(range(2, x.ndim))
-    m = x.size // x.shape[1]
-    xhat, rstd = _bn_stats(xp, x, eps)
+def _bn_grad(
+    xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any, axes: Any = None
+) -> tuple[Any, Any, Any]:
+    """Batch norm's gradients, statistics over ``axes`` (default: all but the channel axis;
+    instance norm's: the spatial axes); the weight and bias sum over all but the channel."""
+    spatial = tuple(range(2, x.ndim))
+    axes = (0, *spatial) if axes is None else axes
+    m = math.prod(x.shape[a] for a in axes)
+    xhat, rstd = _bn_stats(xp, x, eps, axes)
     gx = gw = gb = None
     if needs[1]:
-        gw = xp.sum(g * xhat, axis=axes)
+        gw = xp.sum(g * xhat, axis=(0, *spatial))
     if needs[2]:
-        gb = xp.sum(g, axis=axes)
+        gb = xp.sum(g, axis=(0, *spatial))
     if needs[0]:
         gy = g if w is None else g * xp.reshape(w, (1, -1) + (1,) * (x.ndim - 2))
         gx = rstd * (
@@ -422,12 +427,7 @@ def group_norm(
 # compiled kernels under it (``_kernels/norm_instance.py``) finish each plane in cache, where
 # batch norm's primitive over (1, N * C, ...) plus the affine products made five more passes.
 def _in(x: Any, w: Any, b: Any, eps: float) -> Any:
-    y, _ = _bn_stats(ARRAYS, x, eps, tuple(range(2, x.ndim)))
-    if w is not None:
-        y *= _channel(w, x.ndim)
-    if b is not None:
-        y += _channel(b, x.ndim)
-    return y
+    return _bn(x, w, b, eps, tuple(range(2, x.ndim)))
 
 
 def _in_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
@@ -435,22 +435,7 @@ def _in_fwd(x: Any, w: Any, b: Any, eps: float) -> Any:
 
 
 def _in_grad(xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any) -> tuple[Any, Any, Any]:
-    axes = tuple(range(2, x.ndim))
-    m = math.prod(x.shape[2:])
-    xhat, rstd = _bn_stats(xp, x, eps, axes)
-    gx = gw = gb = None
-    if needs[1]:
-        gw = xp.sum(g * xhat, axis=(0, *axes))
-    if needs[2]:
-        gb = xp.sum(g, axis=(0, *axes))
-    if needs[0]:
-        gy = g if w is None else g * xp.reshape(w, (1, -1) + (1,) * (x.ndim - 2))
-        gx = rstd * (
-            gy
-            - xp.sum(gy, axis=axes, keepdims=True) * (1.0 / m)
-            - xhat * (xp.sum(gy * xhat, axis=axes, keepdims=True) * (1.0 / m))
-        )
-    return gx, gw, gb
+    return _bn_grad(xp, g, x, w, eps, needs, tuple(range(2, x.ndim)))
 
 
 def _in_grads(
