@@ -344,13 +344,22 @@ def _wgrad_par(g, x, dwt2, nbc, hp, wp, pt, pl, dh, dw, groups, fp):  # type: ig
         call_at(fp, (g, x, dwt2[i], n0, n1, nbc, hp, wp, pt, pl, dh, dw, groups))
 
 
+_ENTRIES: dict[tuple[str, tuple[str, ...]], int] = {}
+
+
 def _entry(serial: Any, *args: Any) -> int:
-    """The address of ``serial``'s compiled code for ``args``' types, made (or loaded) by a call
-    over no samples (``args`` hold an empty sample range): in the background compile mode that
-    call raises ``NotReady`` until the code is there, and the convolution's reference runs."""
-    serial(*args)
-    cres = serial.overloads[tuple(serial.typeof_pyval(a) for a in args)]
-    return int(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
+    """The address of ``serial``'s compiled code for ``args``' types (C-contiguous arrays and
+    int64s: the arrays' dtypes decide them), made (or loaded) once for those by a call over no
+    samples (``args`` hold an empty sample range): in the background compile mode that call
+    raises ``NotReady`` until the code is there, and the convolution's reference runs."""
+    key = (serial.py_func.__name__,
+           tuple(a.dtype.char for a in args if isinstance(a, np.ndarray)))
+    fp = _ENTRIES.get(key)
+    if fp is None:
+        serial(*args)
+        cres = serial.overloads[tuple(serial.typeof_pyval(a) for a in args)]
+        fp = _ENTRIES[key] = int(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
+    return fp
 
 
 def _parallel(n: int, work: int) -> bool:
