@@ -142,9 +142,9 @@ def _prune(base: str, keep: str) -> None:
     for old in Path(base).glob("kernels-*"):
         if str(old) == keep:
             continue
+        mark = old / ".used"
         try:
-            used = max(old.stat().st_mtime, Path(old, ".used").stat().st_mtime
-                       if Path(old, ".used").exists() else 0.0)
+            used = max(old.stat().st_mtime, mark.stat().st_mtime if mark.exists() else 0.0)
         except OSError:
             continue
         if now - used > STALE_AFTER_S:

@@ -207,6 +207,16 @@ def _adam(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
 register("adam", "loop", _adam, "optim:adam_step")
 
 
+def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
+    # from 4096 elements, as Adam's loop: one pass where numpy makes up to four, bit for bit
+    # the same; the optimizer's threaded pieces take parameters over 1M elements first
+    return p.size >= 4096 and flat_floats(p, g, *(
+        [] if state.get("momentum_buffer") is None else [state["momentum_buffer"]]))
+
+
+register("sgd", "loop", _sgd, "optim:sgd_step")
+
+
 # -- recurrent layers (rnn.py): a layer-direction's whole sequence, forward and backward ------
 def _c_floats(*arrays: Any) -> bool:
     """``floats``, each C-contiguous (None skipped): what the recurrent kernels read."""
@@ -272,17 +282,6 @@ register("instance_norm_grad", "planes",
          lambda xp, g, x, w, eps, needs: x.ndim >= 3 and x.size > 0 and floats(g, x, w)
          and g.shape == x.shape,
          "norm_instance:instance_norm_grad")
-
-
-# -- optimizers: SGD (optim.py) ---------------------------------------------------------------
-def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
-    # from 4096 elements, as Adam's loop: one pass where numpy makes up to four, bit for bit
-    # the same; the optimizer's threaded pieces take parameters over 1M elements first
-    return p.size >= 4096 and flat_floats(p, g, *(
-        [] if state.get("momentum_buffer") is None else [state["momentum_buffer"]]))
-
-
-register("sgd", "loop", _sgd, "optim:sgd_step")
 
 
 # -- convolutions' strategies (conv_table.py): chosen by measurement per shape ---------------
