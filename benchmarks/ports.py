@@ -251,11 +251,14 @@ def gcn(size: str, dtype: Any = np.float32) -> Pair:
     t_opt = torch.optim.Adam(t_model.parameters(), lr=0.01, weight_decay=5e-4)
     opt = tg.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     t_crit, crit = torch.nn.NLLLoss(), tg.nn.NLLLoss()
-    # the port's inputs: the row-normalised features, dense; the adjacency as coordinate lists
+    # the port's inputs: both sparse matrices as coordinate lists (the original's COO tensors):
+    # the row-normalised features and the normalised adjacency
+    f_rows, f_cols = np.nonzero(x)  # row-major: the coalesced order
+    f_vals = (x / x.sum(axis=1, keepdims=True))[f_rows, f_cols]
     rows, cols, vals = pm.normalized_adjacency(nodes, e)
-    dense = x / x.sum(axis=1, keepdims=True)
-    g_input = (tg.tensor(dense.astype(dtype)),
-               (tg.tensor(rows), tg.tensor(cols), tg.tensor(vals.astype(dtype))))
+    g_input = tuple((tg.tensor(r), tg.tensor(c), tg.tensor(v.astype(dtype)), shape)
+                    for r, c, v, shape in ((f_rows, f_cols, f_vals, x.shape),
+                                           (rows, cols, vals, (nodes, nodes))))
     g_labels = tg.tensor(labels.astype(np.int64))
     t_train, t_val = torch.from_numpy(idx_train), torch.from_numpy(idx_val)
     return Pair(f"gcn, {nodes} nodes, {feats} features, {edges} edges", steps,

@@ -4,8 +4,9 @@ Each port is its original (benchmarks/originals.py, benchmarks/nanogpt_torch.py)
 user moving to tapegrad would write it: the same classes, parameter names, initialisation, loss,
 optimizer and loop body; ``optimizer.zero_grad(); loss.backward(); optimizer.step()`` becomes a
 tape and ``optimizer.step(tape.gradient(loss, model))``. Where tapegrad lacks what the original
-uses, the port says how it stands in: gcn's sparse matrix products (``torch.spmm`` on a COO
-adjacency) are a row gather, a scale and an ``index_add``; its sparse feature matrix is dense.
+uses, the port says how it stands in: gcn's sparse matrix products (``torch.mm`` and
+``torch.spmm`` with a COO tensor on the left: the features and the adjacency) are a row gather,
+a scale and an ``index_add`` over the nonzeros, held as coordinate lists.
 
 The data are generated here or ship with a package (nothing is downloaded): scikit-learn's 8x8
 digits (28x28 as MNIST's, through examples/mnist.py), random graphs shaped as Cora, generated
@@ -266,10 +267,12 @@ class MnistRNN(nn.Module):
 
 
 # == gcn =======================================================================================
-def spmm(adj: tuple[tg.Tensor, tg.Tensor, tg.Tensor], dense: tg.Tensor) -> tg.Tensor:
-    """A sparse (coordinate lists) by dense product: gather the rows, scale, add into place."""
-    rows, cols, values = adj
-    out = tg.zeros((dense.shape[0], dense.shape[1]), dtype=dense.dtype)
+def spmm(sparse: tuple, dense: tg.Tensor) -> tg.Tensor:
+    """A sparse by dense product, the sparse matrix as ``(rows, cols, values, shape)`` (torch's
+    ``sparse_coo_tensor(indices, values, size)``): gather the rows of ``dense`` at the nonzeros'
+    columns, scale them by the values, add them into the nonzeros' rows."""
+    rows, cols, values, (n, _) = sparse
+    out = tg.zeros((n, dense.shape[1]), dtype=dense.dtype)
     return out.index_add(0, rows, dense[cols] * values[:, None])
 
 
@@ -282,8 +285,11 @@ class GraphConv(nn.Module):
         if use_bias:
             self.bias = nn.Parameter(tg.zeros(output_dim))
 
-    def forward(self, input_tensor: tg.Tensor, adj_mat: tuple) -> tg.Tensor:
-        support = input_tensor @ self.kernel
+    def forward(self, input_tensor: tg.Tensor | tuple, adj_mat: tuple) -> tg.Tensor:
+        if isinstance(input_tensor, tuple):  # sparse (the features), as torch.mm takes it
+            support = spmm(input_tensor, self.kernel)
+        else:
+            support = input_tensor @ self.kernel
         output = spmm(adj_mat, support)
         if self.bias is not None:
             output = output + self.bias
