@@ -71,11 +71,12 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
         st = STATE
         if taped or st.with_tapes:
             _record(prim, inputs, params, out, st)
-        cap = st.capture
-        if cap is not None:
-            cap.append((prim, inputs, params, out))
-        if st.after_op is not None:
-            st.after_op(prim, inputs, params, out)
+        if ACTIVE.hooks:  # the thread-local hooks only while one is set in some thread
+            cap = st.capture
+            if cap is not None:
+                cap.append((prim, inputs, params, out))
+            if st.after_op is not None:
+                st.after_op(prim, inputs, params, out)
     return out
 
 
@@ -121,7 +122,7 @@ def _record(
     """Append one node to every recording tape that an input of this op is on."""
     data = out._data
     dt = data.dtype
-    if not st.grad_enabled or (dt not in _FLOATS and dt.kind not in "fc"):
+    if (ACTIVE.off and not st.grad_enabled) or (dt not in _FLOATS and dt.kind not in "fc"):
         return  # ops with integer or bool outputs carry no gradient
     # Per input: its version into vsum, its tapes into `tapes`, and its entry in the record:
     # None, its tid, or the Parameter itself when trainable. Unrolled for one and two inputs
@@ -180,9 +181,10 @@ def _record(
                 tapes = ()
         else:
             tapes = tuple([t for t in tapes if t._recording and t._owner == me])
-    auto = st.auto
-    if param and auto and tapes != auto:  # trainable parameters are on every auto tape
-        tapes = auto if not tapes else tapes + tuple(t for t in auto if t not in tapes)
+    if param:  # trainable parameters are on every auto tape
+        auto = st.auto
+        if auto and tapes != auto:
+            tapes = auto if not tapes else tapes + tuple(t for t in auto if t not in tapes)
     if not tapes:
         return
 
@@ -201,6 +203,7 @@ def _record(
         versions = version_sum(args)
     if args is not None:
         args = keep(args)  # tensors on a tape are kept by array and weak reference (_record)
+    scope = st.scope
     tid = _next_tid()
     out._tid = tid
     out._tapes = tapes
@@ -214,7 +217,7 @@ def _record(
         args,
         params,
         versions,
-        st.scope[-1] if st.scope else None,
+        scope[-1] if scope else None,
     )
     for tp in tapes:
         tp._nodes.append(rec)

@@ -16,17 +16,22 @@ from typing import Any
 
 
 class _Active:
-    """How many ``with`` tapes and captures are open, in all threads together."""
+    """How many ``with`` tapes, captures and hooks are open (``n``), how many captures and hooks
+    of them (``hooks``), and how many ``no_grad`` blocks (``off``), in all threads together.
+    A plain read of one of these costs a fifth of a thread-local field's (about 15 ns against
+    70): the hot paths read them first, and a thread-local field only where one is nonzero."""
 
-    __slots__ = ("n", "lock")
+    __slots__ = ("n", "hooks", "off", "lock")
 
     def __init__(self) -> None:
-        self.n = 0
+        self.n = self.hooks = self.off = 0
         self.lock = threading.Lock()
 
-    def add(self, k: int) -> None:
+    def add(self, k: int, hooks: int = 0, off: int = 0) -> None:
         with self.lock:
             self.n += k
+            self.hooks += hooks
+            self.off += off
 
 
 ACTIVE = _Active()
@@ -72,10 +77,12 @@ def no_grad() -> Iterator[None]:
     """
     prev = STATE.grad_enabled
     STATE.grad_enabled = False
+    ACTIVE.add(0, off=1)
     try:
         yield
     finally:
         STATE.grad_enabled = prev
+        ACTIVE.add(0, off=-1)
 
 
 def is_grad_enabled() -> bool:
@@ -109,7 +116,7 @@ def start_capture(records: Any) -> None:
     if STATE.capture is not None:
         raise RuntimeError("tg.compile: captures do not nest")
     STATE.capture = records
-    ACTIVE.add(1)
+    ACTIVE.add(1, hooks=1)
 
 
 def is_capturing() -> bool:
@@ -120,7 +127,7 @@ def is_capturing() -> bool:
 def stop_capture() -> None:
     if STATE.capture is not None:
         STATE.capture = None
-        ACTIVE.add(-1)
+        ACTIVE.add(-1, hooks=-1)
 
 
 _ANOMALY: list[Any] = []  # tg.detect_anomaly, installed by tapegrad._anomaly (it sits above)
@@ -142,7 +149,8 @@ def set_op_hooks(after_op: Any, after_vjp: Any) -> tuple[Any, Any]:
     None removes one. Returns the previous pair (to restore on exit)."""
     st = STATE
     prev = (st.after_op, st.after_vjp)
-    ACTIVE.add((after_op is not None) - (prev[0] is not None))
+    k = (after_op is not None) - (prev[0] is not None)
+    ACTIVE.add(k, hooks=k)
     st.after_op, st.after_vjp = after_op, after_vjp
     return prev
 
