@@ -314,15 +314,16 @@ def _binary(
     tensor with a Python number (commutative ops only)."""
 
     def op(x: Any, y: Any) -> Tensor:
-        if x.__class__ is Tensor and y.__class__ is Tensor and x._data.dtype is y._data.dtype:
+        if isinstance(x, Tensor) and isinstance(y, Tensor):  # Parameters too
+            if x._data.dtype is not y._data.dtype:
+                x, y = operands(x, y)
             return apply(prim, x, y)  # the hot path: two tensors of one dtype
-        if scalar is not None and not (isinstance(x, Tensor) and isinstance(y, Tensor)):
+        if scalar is not None:
             if _float_and_number(x, y):
                 return apply(scalar, x, c=y)
             if _float_and_number(y, x):
                 return apply(scalar, y, c=x)
-        if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x._data.dtype is y._data.dtype):
-            x, y = operands(x, y)
+        x, y = operands(x, y)
         return apply(prim, x, y)  # apply names the op and both shapes if they do not broadcast
 
     op.__name__ = op.__qualname__ = name
