@@ -165,13 +165,16 @@ def _gru_fwd(fn, one, gi, h0, w_t, b, reverse, y, ws):  # type: ignore[no-untype
             a, p, x, hr, yr = ws[t, n], gh[n], gi[t, n], h[n], y[t, n]
             for j in range(2 * n_h):  # r, z
                 a[j] = one / (one + fexp(-(x[j] + (p[j] + b[j]))))
+            # one loop per stored block, as in _lstm_fwd (vectorised)
+            r, z, nw, hn = a[:n_h], a[n_h : 2 * n_h], a[2 * n_h : 3 * n_h], a[3 * n_h : 4 * n_h]
+            ph, bh, xn = p[2 * n_h :], b[2 * n_h :], x[2 * n_h :]
             for j in range(n_h):
-                hn = p[2 * n_h + j] + b[2 * n_h + j]
-                nn = two / (one + fexp(-two * (a[j] * hn + x[2 * n_h + j]))) - one
-                a[2 * n_h + j] = nn
-                a[3 * n_h + j] = hn
-                hr[j] = (hr[j] - nn) * a[n_h + j] + nn  # (1 - z) n + z h
-                yr[j] = hr[j]
+                hn[j] = ph[j] + bh[j]
+            for j in range(n_h):
+                nw[j] = two / (one + fexp(-two * (r[j] * hn[j] + xn[j]))) - one
+            for j in range(n_h):
+                yr[j] = (hr[j] - nw[j]) * z[j] + nw[j]  # (1 - z) n + z h
+            hr[:] = yr
 
 
 @jit(ieee=True)
