@@ -25,7 +25,6 @@ OVER_BUDGET = {
                          "generator is the next split"),
     "_methods.py": (662, "Tensor's one binding table (numpy's and PyTorch's method surfaces); "
                          "split by surface next"),
-    "nn/_module.py": (656, "Module's walk, state dicts and hooks; nn's reorganisation"),
     "nn/_f_loss.py": (838, "every loss; nn's reorganisation (one file per loss family)"),
     "ops/_numpy_extra.py": (833, "numpy's long tail and the names numpy and PyTorch share with "
                                  "two meanings; split by family with ops' reorganisation"),
