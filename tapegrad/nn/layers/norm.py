@@ -7,10 +7,10 @@ from typing import Any
 
 from ..._creation import ones, zeros
 from ..._tensor import Parameter, Tensor
+from ...ops._norm import increment_
 from .. import functional as F
 from .. import init
 from .._f_common import check_eps
-from .._f_norm import increment_
 from .._module import Module
 from ._utils import check_dtype, new_param
 
