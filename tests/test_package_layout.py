@@ -1,7 +1,7 @@
 """The package's layout rules: small modules, imports that run downward through named layers, no
 import cycle, function-level imports only where a module-level one would make a cycle (or
-would import numba early), each saying so, and primitives declared in ops/, never in nn/. Each rule is also checked against a planted
-violation, so a check that sees nothing fails."""
+would import numba early), each saying so, and primitives declared in ops/, never in nn/.
+Each rule is also checked against a planted violation, so a check that sees nothing fails."""
 
 from __future__ import annotations
 
