@@ -1,4 +1,5 @@
-"""Scaled dot-product attention: one fused primitive, and the composition it replaces.
+"""Scaled dot-product attention as one fused primitive (``nn.attention``; ``nn.attention_qkv``
+on a packed projection).
 
 ``nn.attention`` computes ``softmax(q k^T * scale + mask) v`` over (B, H, L, D) inputs in one
 op: the scores' scale, mask and softmax are one pass per row (a compiled kernel when numba is

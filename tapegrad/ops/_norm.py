@@ -1,13 +1,15 @@
-"""Normalisation: layer, batch, group and RMS norm, ``normalize`` and ``cosine_similarity``.
+"""Normalisation's primitives: layer, batch and instance norm, and the running statistics.
 
 ``layer_norm`` is one primitive (``nn.layer_norm``: statistics, normalisation and the affine
 map in one forward; one backward that recomputes the two statistics from the input rather than
 keeping the normalised copy). Its VJPs are written once over an ops namespace, on tensors
 (differentiable, for higher order) and on arrays (the backward pass nothing records), with the
 same numbers either way. ``batch_norm`` in training is one primitive too (``nn.batch_norm``,
-the same plan per channel; compiled kernels under it, see ``_kernels/batchnorm.py`` and ``_kernels/layernorm.py``), and
-so is ``instance_norm`` (``nn.instance_norm``: per sample and channel, with its affine map;
-``_kernels/norm_instance.py``). The others are compositions of tapegrad ops.
+the same plan per channel; compiled kernels under it, see ``_kernels/batchnorm.py`` and
+``_kernels/layernorm.py``), and so is ``instance_norm`` (``nn.instance_norm``: per sample and
+channel, with its affine map; ``_kernels/norm_instance.py``). The running statistics are
+updated in place by non-differentiable primitives (``nn.running_mean_``, ``nn.running_var_``,
+``nn.increment_``) that ``tg.compile`` sees. PyTorch's surface is ``nn/_f_norm.py``.
 """
 
 

@@ -1,4 +1,4 @@
-"""Pooling over (N, C, H, W): max, average and their adaptive forms.
+"""Pooling's primitives over (N, C, H, W): max, window sums and the adaptive gather.
 
 Max pooling is ``nn.max_pool2d``: kh * kw strided ``maximum`` passes, no index bookkeeping in
 the forward. Its VJP ``nn.max_pool2d_grad`` finds each window's first maximum (PyTorch's rule:
