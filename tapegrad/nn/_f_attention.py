@@ -13,7 +13,7 @@ from ..ops import _elementwise as E
 from ..ops import _linalg as L
 from ..ops import _shape as S
 from ..ops import _softmax as SM
-from ..ops._attention import _safe_softmax, attention
+from ..ops._attention import attention, safe_softmax
 from ..ops._common import ArgumentError
 from ._f_common import float_input
 from ._f_dropout import dropout
@@ -91,7 +91,7 @@ def scaled_dot_product_attention(
         else:
             s = s + S.astype(mask, s.dtype)
         masked = True
-    p = _safe_softmax(s) if masked else SM.softmax(s, axis=-1)
+    p = safe_softmax(s) if masked else SM.softmax(s, axis=-1)
     if dropout_p > 0.0:
         p = dropout(p, dropout_p, training=True)
     return L.matmul(p, v)

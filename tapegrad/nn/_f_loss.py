@@ -27,8 +27,8 @@ from ..ops._loss import (
     CE,
     CE_PROBS,
     PICK,
-    _outside_unit,
     ce_targets,
+    outside_unit,
 )
 from ..ops._take import take
 from ._f_common import (
@@ -304,14 +304,14 @@ def binary_cross_entropy(
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "binary_cross_entropy")
     a = x._data
-    if a.size and _outside_unit(a):
+    if a.size and outside_unit(a):
         raise ValueError(
             "binary_cross_entropy: input values must be probabilities in [0, 1], got min "
             f"{float(a.min())} max {float(a.max())}; for logits use "
             "binary_cross_entropy_with_logits"
         )
     b = t._data
-    if b.size and _outside_unit(b):  # NaN passes through, as in PyTorch
+    if b.size and outside_unit(b):  # NaN passes through, as in PyTorch
         raise ValueError(
             "binary_cross_entropy: target values must be in [0, 1], got min "
             f"{float(b.min())} max {float(b.max())}; rescale the targets (e.g. labels in "

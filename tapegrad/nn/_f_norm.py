@@ -21,7 +21,7 @@ from ..ops._norm import (
     LAYER_NORM,
     RUNNING_MEAN,
     RUNNING_VAR,
-    _batch_stats,
+    batch_stats,
 )
 from ._f_common import check_eps, float_input
 
@@ -260,7 +260,7 @@ def instance_norm(
     b = None if bias is None else float_input(bias, "instance_norm", "bias")
     if running_mean is not None or running_var is not None:
         # the per-sample statistics averaged over the batch, as PyTorch does
-        mean, var = _batch_stats(x._data.reshape((1, n * c) + x.shape[2:]))
+        mean, var = batch_stats(x._data.reshape((1, n * c) + x.shape[2:]))
         k = math.prod(x.shape[2:])
         var = (var.reshape(n, c) * (k / max(k - 1, 1))).mean(axis=0)
         m = mean.reshape(n, c).mean(axis=0)

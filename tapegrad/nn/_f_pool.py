@@ -13,7 +13,7 @@ from ..ops import _linalg as L
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops._conv import Geom
-from ..ops._pool import MAX_POOL, POOL_GATHER, SUM_POOL, _max_index
+from ..ops._pool import MAX_POOL, POOL_GATHER, SUM_POOL, max_index
 from ._f_common import check_positive, float_input, ntuple
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def max_pool2d(
     geom = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
     out = apply(MAX_POOL, x, geom=geom)
     if return_indices:
-        idx = _max_index(x._data, out._data, geom)
+        idx = max_index(x._data, out._data, geom)
         return _unbatch(out, unb), _unbatch(_wrap(idx), unb)
     return _unbatch(out, unb)
 

@@ -108,7 +108,7 @@ def _attn_grads(
         return _attn_grads_arrays(g, ans, q, k, v, mask, scale, needs, keep)
     # an outer tape records backward: the same gradients from differentiable ops
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * scale
-    p = _safe_softmax(s if mask is None else s + mask)
+    p = safe_softmax(s if mask is None else s + mask)
     dp = L.matmul(g, S.swapaxes(v, -1, -2))
     ds = p * (dp - R.sum(g * ans, axis=-1, keepdims=True))
     dq = L.matmul(ds, k) * scale if needs[0] else None
@@ -212,7 +212,7 @@ def attention_qkv(qkv: Tensor, mask: Tensor | None, scale: float) -> Tensor:
     return apply(_ATTN_QKV, qkv, mask, scale=float(scale), **_keep())
 
 
-def _safe_softmax(s: Tensor) -> Tensor:
+def safe_softmax(s: Tensor) -> Tensor:
     """Softmax over the last axis that gives 0 (not NaN) on rows where every score is -inf."""
     e = E.exp(s - R.max_shift(s, -1))
     den = R.sum(e, axis=-1, keepdims=True)

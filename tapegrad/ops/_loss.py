@@ -183,7 +183,7 @@ def _outside_unit_np(a: Any) -> bool:
     return bool(((a < 0) | (a > 1)).any())
 
 
-def _outside_unit(a: Any) -> bool:
+def outside_unit(a: Any) -> bool:
     """Whether the array ``a`` holds a value outside [0, 1] (NaN does not count)."""
     return dispatch("outside_unit", _outside_unit_np, a)
 

@@ -162,7 +162,7 @@ def _bn_grads(
 BATCH_NORM = defprim("nn.batch_norm", _bn_fwd, Joint(_bn_grads), (0, 1))
 
 
-def _batch_stats(x: Any) -> tuple[Any, Any]:
+def batch_stats(x: Any) -> tuple[Any, Any]:
     """Per-channel mean and biased variance of the array ``x`` (N, C, ...), float64 for the
     compiled kernels, x's dtype for numpy."""
     return dispatch("batch_stats", _batch_stats_np, x)
@@ -181,7 +181,7 @@ _shared = threading.local()
 
 
 def _running_mean_fwd(rm: Any, x: Any, momentum: float, share: bool = False) -> Any:
-    stats = _batch_stats(x)
+    stats = batch_stats(x)
     if share:
         _shared.stats = (x, stats)
     rm[...] = (1.0 - momentum) * rm + momentum * stats[0].astype(rm.dtype)
@@ -191,7 +191,7 @@ def _running_mean_fwd(rm: Any, x: Any, momentum: float, share: bool = False) -> 
 def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int) -> Any:
     kept = getattr(_shared, "stats", None)
     _shared.stats = None
-    _, var = kept[1] if kept is not None and kept[0] is x else _batch_stats(x)
+    _, var = kept[1] if kept is not None and kept[0] is x else batch_stats(x)
     var = var * (n / (n - 1))  # unbiased, for the running estimate
     rv[...] = (1.0 - momentum) * rv + momentum * var.astype(rv.dtype)
     return rv

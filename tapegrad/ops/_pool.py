@@ -250,7 +250,7 @@ MAX_POOL_SELECT: Primitive = defprim(
 )
 
 
-def _max_index(x: Any, out: Any, geom: Geom) -> Any:
+def max_index(x: Any, out: Any, geom: Geom) -> Any:
     """The flat (H * W) index of each window's first maximum, (N, C, Ho, Wo) int64."""
     xp = xp_of(x)
     w = geom.in_shape[3]
