@@ -23,9 +23,9 @@ import torch
 
 from tapegrad import _kernels
 from tapegrad._autodiff import ARRAYS
-from tapegrad.nn import _f_attention as A
-from tapegrad.nn import _f_norm as N
+from tapegrad.ops import _attention as A
 from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _norm as N
 from tapegrad.ops import _softmax as SM
 
 

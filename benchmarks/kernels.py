@@ -148,7 +148,7 @@ def _op(kind: str, F: Any, args: list[Any], extra: list[Any], params: dict[str, 
         if F.__name__.startswith("torch"):
             q, k, v = (t.transpose(1, 2) for t in args[0].unbind(2))
             return F.scaled_dot_product_attention(q, k, v)
-        from tapegrad.nn._f_attention import attention_qkv  # noqa: PLC0415
+        from tapegrad.ops._attention import attention_qkv  # noqa: PLC0415
         return attention_qkv(args[0], None, args[0].shape[-1] ** -0.5)
     if kind in ("cross_entropy", "cross_entropy_soft"):
         return F.cross_entropy(args[0], extra[0])

@@ -40,7 +40,7 @@ from ._backend import np
 from ._creation import Generator
 from ._program import Op, leaves, rule
 from ._tensor import Tensor, _wrap
-from .nn._module import on_call
+from .nn._hooks import on_call
 from .ops._common import as_tensor
 from .optim._optimizer import on_update
 

@@ -186,16 +186,16 @@ def test_the_recomputation_keeps_attention_probabilities_for_its_backward(monkey
     none); in a checkpoint's recomputation backward follows at once, so the forward keeps them:
     one probability pass per block fewer, the same gradients."""
     from tapegrad._kernels import registry
-    from tapegrad.nn import _f_attention
+    from tapegrad.ops import _attention
 
     calls = []
-    real = _f_attention._probs
+    real = _attention._probs
 
     def counting(*a):
         calls.append(1)
         return real(*a)
 
-    monkeypatch.setattr(_f_attention, "_probs", counting)
+    monkeypatch.setattr(_attention, "_probs", counting)
     # the batched attention path (short sequences of heads of 8k take the small-head kernels,
     # whose one pass per block recomputes the probabilities inside backward either way)
     for op in ("attention_qkv", "attention_qkv_grad"):

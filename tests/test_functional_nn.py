@@ -16,8 +16,8 @@ from torch_compare import compare
 import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad._autodiff import PRIMITIVES
-from tapegrad.nn._f_attention import attention_qkv
 from tapegrad.nn._f_rnn import recurrent_layer
+from tapegrad.ops._attention import attention_qkv
 from tapegrad.testing import check_grads
 
 

@@ -21,19 +21,21 @@ import tapegrad as tg
 from tapegrad import _kernels
 from tapegrad._autodiff import ARRAYS
 from tapegrad._kernels import registry
-from tapegrad.nn import _f_attention as A
-from tapegrad.nn import _f_common as C
-from tapegrad.nn import _f_conv as CV
-from tapegrad.nn import _f_linear as LIN
 from tapegrad.nn import _f_loss as L
-from tapegrad.nn import _f_norm as N
 from tapegrad.nn import _f_pool as P
-from tapegrad.nn import _f_resize as RS
-from tapegrad.nn import _f_rnn as RNN
+from tapegrad.ops import _attention as A
+from tapegrad.ops import _conv as CV
 from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _linear as LIN
+from tapegrad.ops import _loss as OL
+from tapegrad.ops import _norm as N
+from tapegrad.ops import _pool as OP
+from tapegrad.ops import _resize as RS
+from tapegrad.ops import _rnn as RNN
 from tapegrad.ops import _shape as SH
 from tapegrad.ops import _softmax as SM
 from tapegrad.ops import _special
+from tapegrad.ops import _take as C
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -136,23 +138,23 @@ CASES = {
         SM._softmax_grad, (ARRAYS, _r(5, (6, 10), dt), _probs(6, (6, 10), dt), -1))),
     "log_softmax_grad": (False, lambda dt: (
         SM._log_softmax_grad, (ARRAYS, _r(5, (6, 10), dt), np.log(_probs(6, (6, 10), dt)), -1))),
-    "cross_entropy": (False, lambda dt: (L._ce, (
+    "cross_entropy": (False, lambda dt: (OL._ce, (
         _r(7, (6, 10), dt), np.arange(6, dtype=np.int64), np.full(6, 1 / 6, dt), True))),
-    "cross_entropy_grad": (False, lambda dt: (L._ce_grad, (
+    "cross_entropy_grad": (False, lambda dt: (OL._ce_grad, (
         _r(7, (6, 10), dt), _r(8, (6,), dt), np.arange(6, dtype=np.int64), np.full(6, 0.5, dt),
         False))),
     "ce_targets": (True, lambda dt: (_ce_targets_ref, (
         _r(7, (6, 10), dt), np.array([0, 3, -100, 9, 2, -100], np.int64), 10, -100))),
-    "cross_entropy_probs": (False, lambda dt: (L._ce_probs, (
+    "cross_entropy_probs": (False, lambda dt: (OL._ce_probs, (
         _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, True))),
-    "cross_entropy_probs_grad": (False, lambda dt: (L._ce_probs_grad, (
+    "cross_entropy_probs_grad": (False, lambda dt: (OL._ce_probs_grad, (
         ARRAYS, _r(8, (6,), dt), _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, False, 0))),
-    "outside_unit": (True, lambda dt: (L._outside_unit_np, (_r(10, (5, 7), dt, 0.0, 1.0),))),
-    "binary_cross_entropy": (False, lambda dt: (L._bce, (
+    "outside_unit": (True, lambda dt: (OL._outside_unit_np, (_r(10, (5, 7), dt, 0.0, 1.0),))),
+    "binary_cross_entropy": (False, lambda dt: (OL._bce, (
         _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1), 1 / 32, True))),
-    "binary_cross_entropy_with_logits": (False, lambda dt: (L._bce_logits, (
+    "binary_cross_entropy_with_logits": (False, lambda dt: (OL._bce_logits, (
         _r(11, (4, 8), dt), _r(12, (4, 8), dt, 0, 1), 1.0, False))),
-    "binary_cross_entropy_grad": (False, lambda dt: (L._bce_grad, (
+    "binary_cross_entropy_grad": (False, lambda dt: (OL._bce_grad, (
         ARRAYS, _r(13, (4, 8), dt), _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1),
         1.0, 0, False))),
     "add_bias": (True, lambda dt: (LIN._add_bias_np, (_r(14, (128, 128), dt), _r(15, (128,), dt)))),
@@ -169,11 +171,11 @@ CASES = {
         ARRAYS, _r(25, (4, 3, 5, 5), dt), _r(22, (4, 3, 5, 5), dt), _r(23, (3,), dt), 1e-5,
         (True, True, True)))),
     "batch_stats": (False, lambda dt: (N._batch_stats_np, (_r(22, (4, 3, 5, 5), dt),))),
-    "max_pool2d": (True, lambda dt: (P._max_pool, (_r(26, (2, 3, 8, 8), dt), _geom(
+    "max_pool2d": (True, lambda dt: (OP._max_pool, (_r(26, (2, 3, 8, 8), dt), _geom(
         _r(26, (2, 3, 8, 8), dt))))),
-    "max_pool2d_grad": (True, lambda dt: (P._max_pool_grad, (
+    "max_pool2d_grad": (True, lambda dt: (OP._max_pool_grad, (
         _r(27, (2, 3, 4, 4), dt), _r(26, (2, 3, 8, 8), dt),
-        P._max_pool(_r(26, (2, 3, 8, 8), dt), _geom(_r(26, (2, 3, 8, 8), dt))),
+        OP._max_pool(_r(26, (2, 3, 8, 8), dt), _geom(_r(26, (2, 3, 8, 8), dt))),
         _geom(_r(26, (2, 3, 8, 8), dt))))),
     "batched_matmul": (False, lambda dt: (A._matmul_np, (
         _r(28, (2, 3, 5, 4), dt), _r(29, (2, 3, 4, 6), dt), None))),

@@ -22,6 +22,7 @@ import tapegrad.nn.functional as F
 from tapegrad import _kernels
 from tapegrad._kernels import conv_table as CT
 from tapegrad.nn import _f_pool
+from tapegrad.ops import _conv, _pool
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -52,12 +53,12 @@ def test_max_pool_kernels_equal_the_numpy_reference(monkeypatch, shape, dtype, p
     rng = np.random.default_rng(0)
     x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # many ties in a window
     geom = _geom(x)
-    out = _f_pool._max_pool_fwd(x, geom)
-    ref = _reference(monkeypatch, _f_pool._max_pool_fwd, x, geom)
+    out = _pool._max_pool_fwd(x, geom)
+    ref = _reference(monkeypatch, _pool._max_pool_fwd, x, geom)
     assert out.dtype == ref.dtype and np.array_equal(out, ref)
     g = rng.standard_normal(out.shape).astype(dtype)
-    dx = _f_pool._max_pool_grad_fwd(g, x, out, geom)
-    ref_dx = _reference(monkeypatch, _f_pool._max_pool_grad_fwd, g, x, out, geom)
+    dx = _pool._max_pool_grad_fwd(g, x, out, geom)
+    ref_dx = _reference(monkeypatch, _pool._max_pool_grad_fwd, g, x, out, geom)
     assert dx.dtype == ref_dx.dtype and np.array_equal(dx, ref_dx)
     if shape[2] % 2 or shape[3] % 2:  # what no window reaches: zero
         assert not dx[:, :, 2 * out.shape[2]:].any() and not dx[..., 2 * out.shape[3]:].any()
@@ -68,8 +69,8 @@ def test_max_pool_kernel_propagates_nan_as_numpy(monkeypatch):
     x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
     x[0, 0, 1, 1] = np.nan
     geom = _geom(x)
-    out = _f_pool._max_pool_fwd(x, geom)
-    ref = _reference(monkeypatch, _f_pool._max_pool_fwd, x, geom)
+    out = _pool._max_pool_fwd(x, geom)
+    ref = _reference(monkeypatch, _pool._max_pool_fwd, x, geom)
     assert np.isnan(out[0, 0, 0, 0]) and np.array_equal(out, ref, equal_nan=True)
 
 
@@ -214,11 +215,10 @@ def test_the_cache_folder_changes_with_any_kernel_source(tmp_path):
 
 
 def _conv_geom(shape, k, s, p, d):
-    from tapegrad.nn import _f_conv
 
     n, c, h, w = shape
-    ho, wo = (_f_conv.out_size(v, kk, s, (p, p), d) for v, kk in zip((h, w), k, strict=True))
-    return _f_conv.Geom(shape, k, (s, s), ((p, p), (p, p)), (d, d), (ho, wo))
+    ho, wo = (_conv.out_size(v, kk, s, (p, p), d) for v, kk in zip((h, w), k, strict=True))
+    return _conv.Geom(shape, k, (s, s), ((p, p), (p, p)), (d, d), (ho, wo))
 
 
 CONV_CASES = [  # (N, C, H, W), kernel, stride, padding, dilation
@@ -235,24 +235,23 @@ CONV_CASES = [  # (N, C, H, W), kernel, stride, padding, dilation
 @pytest.mark.parametrize(("shape", "k", "s", "p", "d"), CONV_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_im2col_and_col2im_kernels_equal_the_numpy_reference_bit_for_bit(monkeypatch, shape, k, s, p, d, dtype):
-    from tapegrad.nn import _f_conv
 
     geom = _conv_geom(shape, k, s, p, d)
     rows = shape[1] * k[0] * k[1]
     cols = np.random.default_rng(3).standard_normal((rows, shape[0] * geom.out_hw[0] * geom.out_hw[1]))
     cols = cols.astype(dtype)
-    out = _f_conv._col2im_fwd(cols, geom)
-    ref = _reference(monkeypatch, _f_conv._col2im_fwd, cols, geom)
+    out = _conv._col2im_fwd(cols, geom)
+    ref = _reference(monkeypatch, _conv._col2im_fwd, cols, geom)
     assert out.dtype == ref.dtype and np.array_equal(out, ref)
     strided = np.asfortranarray(cols)  # a non-contiguous input: copied, same result
-    assert np.array_equal(_f_conv._col2im_fwd(strided, geom), ref)
+    assert np.array_equal(_conv._col2im_fwd(strided, geom), ref)
     x = np.random.default_rng(6).standard_normal(shape).astype(dtype)
-    c = _f_conv._im2col_fwd(x, geom)
-    ref_c = _reference(monkeypatch, _f_conv._im2col_fwd, x, geom)
+    c = _conv._im2col_fwd(x, geom)
+    ref_c = _reference(monkeypatch, _conv._im2col_fwd, x, geom)
     assert c.dtype == ref_c.dtype and np.array_equal(c, ref_c)
     xt = np.random.default_rng(6).standard_normal(shape[::-1]).astype(dtype).T  # not contiguous
     assert np.array_equal(
-        _f_conv._im2col_fwd(xt, geom), _reference(monkeypatch, _f_conv._im2col_fwd, xt, geom)
+        _conv._im2col_fwd(xt, geom), _reference(monkeypatch, _conv._im2col_fwd, xt, geom)
     )
 
 
@@ -355,7 +354,7 @@ def test_leaky_relu_kernels_equal_numpy_nan_and_zero_included(monkeypatch, dtype
 @numba_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_linear_bias_kernel_equals_numpys_broadcast_add(dtype):
-    from tapegrad.nn._f_linear import _linear_fwd
+    from tapegrad.ops._linear import _linear_fwd
 
     rng = np.random.default_rng(8)
     x = rng.standard_normal((3, 5, 7)).astype(dtype)
@@ -395,7 +394,6 @@ def test_kernels_compile_into_the_folder_tapegrad_cache_dir_names(tmp_path):
 def test_conv_kernels_equal_the_numpy_reference(monkeypatch, stride, groups, bias, dtype):
     """Stride 2 takes im2col + GEMM on pixel-major columns, stride 1 with these few channels
     the direct kernels: both sum in another order than the reference (equal to rounding)."""
-    from tapegrad.nn import _f_conv
 
     rng = np.random.default_rng(8)
     geom = _conv_geom((5, 4, 9, 7), (3, 3), stride, 1, 1)
@@ -409,17 +407,17 @@ def test_conv_kernels_equal_the_numpy_reference(monkeypatch, stride, groups, bia
         assert a.dtype == ref.dtype and a.shape == ref.shape
         np.testing.assert_allclose(a, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
-    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
-    same(y, _reference(monkeypatch, _f_conv._conv2d_fwd, x, w, b, geom, groups))
+    y = _conv._conv2d_fwd(x, w, b, geom, groups)
+    same(y, _reference(monkeypatch, _conv._conv2d_fwd, x, w, b, geom, groups))
     g = rng.standard_normal(y.shape).astype(dtype)
     for fn, args in (
-        (_f_conv._input_grad_fwd, (g, w, geom, groups)),
-        (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
+        (_conv._input_grad_fwd, (g, w, geom, groups)),
+        (_conv._weight_grad_fwd, (g, x, geom, groups, w.shape)),
     ):
         same(fn(*args), _reference(monkeypatch, fn, *args))
     gc = g[:, :, ::-1]  # a non-contiguous gradient
     assert np.array_equal(
-        _f_conv._grad_cols(gc, groups), _reference(monkeypatch, _f_conv._grad_cols, gc, groups)
+        _conv._grad_cols(gc, groups), _reference(monkeypatch, _conv._grad_cols, gc, groups)
     )
 
 

@@ -19,9 +19,9 @@ import tapegrad.nn.functional as F
 from tapegrad import _kernels, nn
 from tapegrad._autodiff import ARRAYS
 from tapegrad._kernels import table
-from tapegrad.nn import _f_attention as A
-from tapegrad.nn import _f_norm as N
+from tapegrad.ops import _attention as A
 from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _norm as N
 from tapegrad.ops import _softmax as SM
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
@@ -637,7 +637,7 @@ def test_cross_entropy_probability_targets_match_torch(dtype, smoothing):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(40, 3), (7, 2, 5), (1, 4)])
 def test_scatter_add_kernel_equals_the_sorted_reference(monkeypatch, dtype, shape):
-    from tapegrad.nn import _f_common as C
+    from tapegrad.ops import _take as C
 
     rng = np.random.default_rng(6)
     g = rng.standard_normal(shape).astype(dtype)

@@ -17,7 +17,7 @@ import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad import _kernels
 from tapegrad._kernels import conv_table as CT
-from tapegrad.nn import _f_conv, _f_norm
+from tapegrad.ops import _conv, _norm
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -38,20 +38,20 @@ def _close(a, ref, dtype):
 def _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype):
     """conv2d forward (with the bias, when given, and without), its input gradient and its
     weight gradient each equal the numpy reference."""
-    cases = [(_f_conv._conv2d_fwd, (x, w, None, geom, groups)),
-             (_f_conv._input_grad_fwd, (g, w, geom, groups)),
-             (_f_conv._weight_grad_fwd, (g, x, geom, groups, w.shape))]  # fmt: skip
+    cases = [(_conv._conv2d_fwd, (x, w, None, geom, groups)),
+             (_conv._input_grad_fwd, (g, w, geom, groups)),
+             (_conv._weight_grad_fwd, (g, x, geom, groups, w.shape))]  # fmt: skip
     if b is not None:
-        cases.insert(0, (_f_conv._conv2d_fwd, (x, w, b, geom, groups)))
+        cases.insert(0, (_conv._conv2d_fwd, (x, w, b, geom, groups)))
     for fn, args in cases:
         _close(fn(*args), _reference(monkeypatch, fn, *args), dtype)
 
 
 def _geom(shape, k, pad, d):
     n, c, h, w = shape
-    ho = _f_conv.out_size(h, k[0], 1, pad[0], d[0])
-    wo = _f_conv.out_size(w, k[1], 1, pad[1], d[1])
-    return _f_conv.Geom(shape, k, (1, 1), pad, d, (ho, wo))
+    ho = _conv.out_size(h, k[0], 1, pad[0], d[0])
+    wo = _conv.out_size(w, k[1], 1, pad[1], d[1])
+    return _conv.Geom(shape, k, (1, 1), pad, d, (ho, wo))
 
 
 DIRECT_CASES = [  # (N, C, H, W), O, kernel, ((top, bottom), (left, right)), dilation, groups
@@ -79,7 +79,7 @@ def test_direct_conv_kernels_equal_the_numpy_reference(
     w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
     assert CT._direct(geom, groups, w.shape, x, w, b) is not None
-    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    y = _conv._conv2d_fwd(x, w, b, geom, groups)
     g = rng.standard_normal(y.shape).astype(dtype)
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
@@ -126,7 +126,7 @@ def test_direct_chunks_and_two_thread_halves_equal_the_numpy_reference(
     w = rng.standard_normal((o, shape[1] // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
     assert CT._direct(geom, groups, w.shape, x, w, b) is conv_direct
-    y = _f_conv._conv2d_fwd(x, w, b, geom, groups)
+    y = _conv._conv2d_fwd(x, w, b, geom, groups)
     g = rng.standard_normal(y.shape).astype(dtype)
     _passes_match_reference(monkeypatch, x, w, b, g, geom, groups, dtype)
 
@@ -163,7 +163,7 @@ def test_pixel_major_chunks_hold_gemm_rows_past_the_budget(monkeypatch):
     from tapegrad._kernels import conv_gemm  # noqa: PLC0415
 
     # DCGAN ngf 64's 256 -> 512 4x4 stride 2 to 4x4: 16 output pixels a sample
-    geom = _f_conv.Geom((64, 256, 8, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
+    geom = _conv.Geom((64, 256, 8, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
     chunks = CT._pm_chunks(conv_gemm, geom, 1, (512, 256, 4, 4))
     per = CT.GEMM_ROWS // 16  # the budget alone: 2 samples
     assert chunks == [(i, min(64, i + per)) for i in range(0, 64, per)]
@@ -210,9 +210,9 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
     monkeypatch.setattr(CT, "_blocked", lambda *a, **k: None)
     rng = np.random.default_rng(3)
     n, c, h, w_ = shape
-    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
-    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
-    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    ho = _conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _conv.Geom(shape, k, s, pad, d, (ho, wo))
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, c // groups, *k)).astype(dtype)
     b = rng.standard_normal(o).astype(dtype)
@@ -227,7 +227,7 @@ def test_gemm_conv_kernels_equal_the_numpy_reference(
 @numba_only
 def test_gemm_conv_kernels_read_non_contiguous_inputs(monkeypatch):
     rng = np.random.default_rng(4)
-    geom = _f_conv.Geom((3, 16, 9, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
+    geom = _conv.Geom((3, 16, 9, 8), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), (4, 4))
     x = rng.standard_normal((3, 8, 9, 16)).astype(np.float32).transpose(0, 3, 2, 1)[:, :, ::-1]
     w = rng.standard_normal((24, 16, 4, 4)).astype(np.float32)[:, :, ::-1, :]
     g = rng.standard_normal((3, 24, 4, 4)).astype(np.float32).transpose(0, 1, 3, 2)
@@ -258,9 +258,9 @@ BLOCKED_CASES = [  # (N, C, H, W), O, kernel, stride, ((top, bottom), (left, rig
 def _conv_case(rng, shape, o, k, s, pad, d, dtype):
     """A convolution's geometry, input, weights and output gradient, drawn from ``rng``."""
     n, c, h, w_ = shape
-    ho = _f_conv.out_size(h, k[0], s[0], pad[0], d[0])
-    wo = _f_conv.out_size(w_, k[1], s[1], pad[1], d[1])
-    geom = _f_conv.Geom(shape, k, s, pad, d, (ho, wo))
+    ho = _conv.out_size(h, k[0], s[0], pad[0], d[0])
+    wo = _conv.out_size(w_, k[1], s[1], pad[1], d[1])
+    geom = _conv.Geom(shape, k, s, pad, d, (ho, wo))
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, c, *k)).astype(dtype)
     return geom, x, w, rng.standard_normal((n, o, ho, wo)).astype(dtype)
@@ -775,20 +775,20 @@ def test_batch_norm_kernels_equal_the_numpy_reference(monkeypatch, shape, affine
     c = shape[1]
     w = rng.standard_normal(c).astype(dtype) if affine else None
     b = rng.standard_normal(c).astype(dtype) if affine else None
-    y = _f_norm._bn_fwd(x, w, b, 1e-5)
-    _close(y, _reference(monkeypatch, _f_norm._bn_fwd, x, w, b, 1e-5), dtype)
+    y = _norm._bn_fwd(x, w, b, 1e-5)
+    _close(y, _reference(monkeypatch, _norm._bn_fwd, x, w, b, 1e-5), dtype)
     g = rng.standard_normal(shape).astype(dtype)
     from tapegrad._autodiff import ARRAYS
 
     for needs in ((True, affine, affine), (False, affine, affine)):
-        ours = _f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, needs)
-        ref = _reference(monkeypatch, _f_norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, needs)
+        ours = _norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, needs)
+        ref = _reference(monkeypatch, _norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, needs)
         for a, r in zip(ours, ref, strict=True):
             assert (a is None) == (r is None)
             if a is not None:
                 _close(a, r, dtype)
-    mean, var = _f_norm._batch_stats(x)
-    rmean, rvar = _reference(monkeypatch, _f_norm._batch_stats, x)
+    mean, var = _norm.batch_stats(x)
+    rmean, rvar = _reference(monkeypatch, _norm.batch_stats, x)
     _close(mean.astype(dtype), rmean.astype(dtype), dtype)
     _close(var.astype(dtype), rvar.astype(dtype), dtype)
 
@@ -803,7 +803,7 @@ def test_bias_gradient_on_two_threads_equals_one_thread_and_numpy(monkeypatch, s
     runs = []
     for minimum in (1 << 62, 0):  # one thread; then the channels' halves on two (pool shared)
         monkeypatch.setattr(conv, "SUM_PARALLEL_MIN", minimum)
-        runs.append(_f_conv._bias_grad_fwd(g, shape))
+        runs.append(_conv._bias_grad_fwd(g, shape))
     np.testing.assert_array_equal(runs[0], runs[1])
     assert runs[0].dtype == dtype
     _close(runs[0], g.astype(np.float64).sum(axis=(0, 2, 3)).astype(dtype), dtype)
@@ -823,17 +823,17 @@ def test_batch_norm_on_two_threads_equals_one_thread_bit_for_bit(monkeypatch, sh
     runs = []
     for minimum in (1 << 62, 0):  # one thread; then the channels' halves on two (pool shared)
         monkeypatch.setattr(batchnorm, "PARALLEL_MIN", minimum)
-        runs.append((_f_norm._bn_fwd(x, w, b, 1e-5),
-                     *_f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)),
-                     *_f_norm._batch_stats(x)))
+        runs.append((_norm._bn_fwd(x, w, b, 1e-5),
+                     *_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)),
+                     *_norm.batch_stats(x)))
     for a, r in zip(*runs, strict=True):
         np.testing.assert_array_equal(a, r)
 
 
 def test_batch_norm_reads_the_batch_statistics_once_for_both_running_estimates(monkeypatch):
     calls = []
-    stats = _f_norm._batch_stats
-    monkeypatch.setattr(_f_norm, "_batch_stats", lambda x: calls.append(x.shape) or stats(x))
+    stats = _norm.batch_stats
+    monkeypatch.setattr(_norm, "batch_stats", lambda x: calls.append(x.shape) or stats(x))
     x = np.random.default_rng(8).standard_normal((4, 3, 5, 5)).astype(np.float32)
     bn = tg.nn.BatchNorm2d(3)
     tbn = torch.nn.BatchNorm2d(3)
@@ -861,11 +861,11 @@ def test_batch_norm_kernels_keep_a_nan_to_its_channel(monkeypatch, shape, dtype)
     w, b = rng.standard_normal(4).astype(dtype), rng.standard_normal(4).astype(dtype)
     g = rng.standard_normal(shape).astype(dtype)
     with np.errstate(invalid="ignore"):
-        y = _f_norm._bn_fwd(x, w, b, 1e-5)
-        ref = _reference(monkeypatch, _f_norm._bn_fwd, x, w, b, 1e-5)
-        gx = _f_norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True))
+        y = _norm._bn_fwd(x, w, b, 1e-5)
+        ref = _reference(monkeypatch, _norm._bn_fwd, x, w, b, 1e-5)
+        gx = _norm._bn_grads(ARRAYS, g, None, x, w, b, 1e-5, (True, True, True))
         gref = _reference(
-            monkeypatch, _f_norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)
+            monkeypatch, _norm._bn_grads, ARRAYS, g, None, x, w, b, 1e-5, (True, True, True)
         )
     assert np.isnan(y[:, 2]).all() and not np.isnan(np.delete(y, 2, axis=1)).any()
     for a, r in zip((y, *gx), (ref, *gref), strict=True):
@@ -992,7 +992,7 @@ def test_batch_norm_gradients_pass_finite_differences():
 def test_conv_bias_gradient_kernel_equals_the_numpy_sum(dtype):
     g = np.random.default_rng(12).standard_normal((5, 6, 7, 3)).astype(dtype)
     for arr in (g, g[:, :, ::-1, ::2]):  # contiguous, then not
-        ours = _f_conv._bias_grad_fwd(arr, arr.shape)
+        ours = _conv._bias_grad_fwd(arr, arr.shape)
         _close(ours, arr.sum(axis=(0, 2, 3)), dtype)
 
 
@@ -1037,19 +1037,19 @@ def test_pointwise_convolutions_equal_the_reference(monkeypatch, shape, o, k, s,
     b = np.random.default_rng(10).standard_normal(o).astype(dtype)
     assert CT.taps(geom) is not None
     for got, ref in [
-        (CT.pointwise_conv(x, w, b, geom, 1), _f_conv._conv2d_ref(x, w, b, geom, 1)),
-        (CT.pointwise_conv(x, w, None, geom, 1), _f_conv._conv2d_ref(x, w, None, geom, 1)),
-        (CT.pointwise_input_grad(g, w, geom, 1), _f_conv._input_grad_ref(g, w, geom, 1)),
+        (CT.pointwise_conv(x, w, b, geom, 1), _conv._conv2d_ref(x, w, b, geom, 1)),
+        (CT.pointwise_conv(x, w, None, geom, 1), _conv._conv2d_ref(x, w, None, geom, 1)),
+        (CT.pointwise_input_grad(g, w, geom, 1), _conv._input_grad_ref(g, w, geom, 1)),
         (CT.pointwise_weight_grad(g, x, geom, 1, w.shape),
-         _f_conv._weight_grad_ref(g, x, geom, 1, w.shape)),
+         _conv._weight_grad_ref(g, x, geom, 1, w.shape)),
     ]:
         _close(got, ref, dtype)
 
 
 def test_pointwise_needs_one_tap_or_one_window():
     def geom(hw, k, s, p, d=1):
-        ho = _f_conv.out_size(hw, k, s, (p, p), d)
-        return _f_conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (d, d), (ho, ho))
+        ho = _conv.out_size(hw, k, s, (p, p), d)
+        return _conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (d, d), (ho, ho))
 
     one = slice(0, 1, 1), slice(1, 2)
     assert CT.taps(geom(1, 3, 1, 1)) == (one[0], one[0], one[1], one[1], True, True)
@@ -1071,9 +1071,9 @@ def test_a_1x1_map_takes_the_pointwise_gemm():
     from tapegrad._kernels import registry  # noqa: PLC0415
 
     x, w = np.ones((4, 64, 1, 1), np.float32), np.ones((64, 64, 3, 3), np.float32)
-    geom = _f_conv.Geom((4, 64, 1, 1), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
+    geom = _conv.Geom((4, 64, 1, 1), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
     chosen = [i.name for i in registry.implementations("conv2d")
               if i.fits(x, w, None, geom, 1) and i.prefer(x, w, None, geom, 1)]
     assert chosen[0] == "pointwise"  # before the fused Winograd kernels
-    np.testing.assert_array_equal(_f_conv._conv2d_fwd(x, w, None, geom, 1), np.full(
+    np.testing.assert_array_equal(_conv._conv2d_fwd(x, w, None, geom, 1), np.full(
         (4, 64, 1, 1), 64, np.float32))

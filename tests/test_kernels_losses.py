@@ -19,7 +19,7 @@ import tapegrad.nn.functional as F
 from tapegrad import _kernels
 from tapegrad._autodiff import ARRAYS
 from tapegrad._kernels import table
-from tapegrad.nn import _f_loss as L
+from tapegrad.ops import _loss as L
 
 numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 

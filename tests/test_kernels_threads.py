@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tapegrad import _kernels
-from tapegrad.nn import _f_attention, _f_conv
+from tapegrad.ops import _attention, _conv
 
 pytestmark = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels not selected")
 
@@ -57,14 +57,14 @@ def _passes(n=64):
     x = rng.standard_normal((n, 16, 8, 8)).astype(np.float32)
     w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
     g = rng.standard_normal((n, 32, 8, 8)).astype(np.float32)
-    geom = _f_conv.Geom(x.shape, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (8, 8))
+    geom = _conv.Geom(x.shape, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (8, 8))
     qkv = rng.standard_normal((n // 4, 32, 3, 4, 16)).astype(np.float32)
     ga = rng.standard_normal((n // 4, 4, 32, 16)).astype(np.float32)
-    out = _f_attention._attn_qkv_fwd(qkv, None, 0.25)
-    grads = _f_attention._attn_grads_arrays(ga, out, *_f_attention._qkv(qkv), None, 0.25,
+    out = _attention._attn_qkv_fwd(qkv, None, 0.25)
+    grads = _attention._attn_grads_arrays(ga, out, *_attention._qkv(qkv), None, 0.25,
                                             (True, True, True, False))
-    return (_f_conv._conv2d_fwd(x, w, None, geom, 1), _f_conv._input_grad_fwd(g, w, geom, 1),
-            _f_conv._weight_grad_fwd(g, x, geom, 1, w.shape), out, *grads[:3])
+    return (_conv._conv2d_fwd(x, w, None, geom, 1), _conv._input_grad_fwd(g, w, geom, 1),
+            _conv._weight_grad_fwd(g, x, geom, 1, w.shape), out, *grads[:3])
 
 
 def test_python_threads_at_once_get_the_results_of_one_thread(monkeypatch):
@@ -206,7 +206,7 @@ from tapegrad._kernels.chunks import num_threads
 from tapegrad._kernels import (activation, attention, attention_heads, batchnorm, conv,
                                conv_direct, conv_gemm, elementwise, gelu, layernorm, optim, pool,
                                threads)
-from tapegrad.nn._f_conv import Geom
+from tapegrad.ops._conv import Geom
 
 for mod, name in ((elementwise, "PARALLEL_MIN"), (attention, "PARALLEL_MIN"),
                   (attention_heads, "PARALLEL_MIN"), (batchnorm, "PARALLEL_MIN"),

@@ -12,7 +12,7 @@ import tapegrad as tg
 from tapegrad import nn
 from tapegrad._kernels import numba as kernels_numba
 from tapegrad._kernels import registry
-from tapegrad.nn import _f_rnn as FR
+from tapegrad.ops import _rnn as FR
 
 FUSED = ["LSTM", "GRU", "RNN_TANH", "RNN_RELU"]
 TOL = {np.float64: {"rtol": 1e-9, "atol": 1e-11}, np.float32: {"rtol": 2e-4, "atol": 2e-5}}
@@ -129,8 +129,8 @@ def _seq_fn(mode: str, reverse: bool, bias: bool):
     def f(gi, h0, *rest):
         c0 = rest[0] if mode == "LSTM" else None
         w_hh, *b = rest[1:] if mode == "LSTM" else rest
-        return tg.apply(FR._SEQ, gi, h0, c0, w_hh, b[0] if bias else None, mode=mode,
-                        reverse=reverse, keep=FR._Workspace())  # fmt: skip
+        return tg.apply(FR.SEQ, gi, h0, c0, w_hh, b[0] if bias else None, mode=mode,
+                        reverse=reverse, keep=FR.Workspace())  # fmt: skip
 
     return f
 

@@ -69,7 +69,7 @@ def test_the_key_holds_shape_dtype_layout_and_values():
     assert sig(a) != sig(np.zeros((4, 12), np.float32)[:, ::2])
     assert sig((1, (2, 3))) == (1, (2, 3)) and sig(None) is None
     # a named tuple (a convolution's geometry) by its values
-    from tapegrad.nn._f_conv import Geom
+    from tapegrad.ops._conv import Geom
 
     g = Geom((1, 2, 3, 3), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (3, 3))
     assert sig(g) == sig(g._replace()) and sig(g) != sig(g._replace(stride=(2, 2)))

@@ -29,11 +29,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# the ops modules that hold nn.functional's primitives: mutated with nn's tests
+NN_OPS = ["_attention", "_conv", "_dropout", "_linear", "_loss", "_norm", "_pool", "_resize",
+          "_rnn", "_take"]  # fmt: skip
+
 PACKAGES: dict[str, list[str]] = {
     "engine": ["tapegrad/_autodiff"],
-    "ops": ["tapegrad/ops"],
+    "ops": sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tapegrad/ops").glob("*.py")
+                  if p.stem not in NN_OPS),
     "nn": sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tapegrad/nn").glob("_f_*.py"))
-    + ["tapegrad/nn/functional.py"],
+    + ["tapegrad/nn/functional.py"] + [f"tapegrad/ops/{m}.py" for m in NN_OPS],
     "optim": ["tapegrad/optim"],
 }
 

@@ -9,7 +9,8 @@ PyTorch ``state_dict`` for the same architecture loads one to one.
 
 from .._tensor import Parameter
 from . import functional, init, layers, utils
-from ._module import IncompatibleKeys, Module
+from ._module import Module
+from ._state_dict import IncompatibleKeys
 from .layers import *  # noqa: F403
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter", "functional", "init", "utils"]

@@ -1,4 +1,4 @@
-"""Activations and dropout under their ``torch.nn.functional`` names (compositions of tapegrad ops).
+"""Activations under their ``torch.nn.functional`` names (compositions of tapegrad ops).
 
 ``inplace=`` is accepted for signature compatibility and ignored: tapegrad never mutates an
 input that a tape may have saved, so every function returns a new tensor.
@@ -9,11 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .. import _backend as B
-from .. import _creation
 from .._amp import upper
-from .._autodiff import apply, nondiff
-from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Tensor
 from ..ops import _elementwise as E
@@ -212,117 +208,39 @@ def log_softmax(
     return SM.log_softmax(x, axis=_softmax_dim(x, dim, "log_softmax"))
 
 
-# --------------------------------------------------------------------------------------------
-# dropout: masks drawn from tapegrad's global generator (tg.manual_seed makes them repeatable)
-# --------------------------------------------------------------------------------------------
-
-
-def _keep_mask_fwd(*, gen: Any, shape: tuple[int, ...], dtype: Any, p: float, device: str) -> Any:
-    dt = dtype if dtype in (np.float32, np.float64) else np.float32
-    keep = gen._rng.random(shape, dtype=dt) >= p
-    m = keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
-    return B.to_device(m, device)
-
-
-# through apply, so that tg.compile captures the draw and replays it on the same generator
-_KEEP_MASK = nondiff("dropout_mask", _keep_mask_fwd)
-
-
-def _keep_mask(x: Tensor, p: float, shape: tuple[int, ...]) -> Tensor:
-    """A constant mask of 0 and ``1 / (1 - p)`` (kept with probability ``1 - p``)."""
-    gen = _creation.default_generator()
-    return apply(_KEEP_MASK, gen=gen, shape=shape, dtype=x.dtype, p=p, device=x.device)
-
-
-def _check_p(p: float, op: str) -> None:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{op}: dropout probability p must be in [0, 1], got {p}")
-
-
-def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``.
-
-    Identity when ``training`` is False or ``p`` is 0. Masks come from tapegrad's global
-    generator, so ``tg.manual_seed`` makes them repeatable.
+def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
+    """``x`` where ``|x| > lambd``, else 0.
 
     >>> import tapegrad as tg
     >>> import tapegrad.nn.functional as F
-    >>> F.dropout(tg.ones(4), p=0.5, training=False).tolist()
-    [1.0, 1.0, 1.0, 1.0]
+    >>> F.hardshrink(tg.tensor([-1.0, 0.2, 0.75])).tolist()
+    [-1.0, 0.0, 0.75]
     """
-    x = float_input(input, "dropout")
-    _check_p(p, "dropout")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    return x * _keep_mask(x, p, x.shape)
+    x = float_input(input, "hardshrink")
+    return E.where(E.abs(x) > lambd, x, 0.0)
 
 
-def _feature_dropout(x: Tensor, p: float, training: bool, op: str, batched: bool) -> Tensor:
-    _check_p(p, op)
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    lead = 2 if batched else 1  # one draw per (n, c), or per c of an unbatched input
-    return x * _keep_mask(x, p, x.shape[:lead] + (1,) * (x.ndim - lead))
+def softshrink(input: Any, lambd: float = 0.5) -> Tensor:
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.softshrink(tg.tensor([-1.0, 0.2, 1.5])).tolist()
+    [-0.5, 0.0, 1.0]
+    """
+    x = float_input(input, "softshrink")
+    if lambd < 0:
+        raise ValueError(f"softshrink: lambd must be >= 0, got {lambd}")
+    return E.where(x > lambd, x - lambd, E.where(x < -lambd, x + lambd, 0.0))
 
 
-def _rank_warning(op: str, ndim: int, ranks: str, spatial: int) -> None:
-    warnings.warn(  # PyTorch's warning
-        f"{op}: Received a {ndim}-D input to {op}, which is deprecated and will result in an "
-        f"error in a future release. To retain the behavior and silence this warning, please "
-        f"use dropout instead. Note that {op} exists to provide channel-wise dropout on inputs "
-        f"with {spatial} spatial dimensions, a channel dimension, and an optional batch "
-        f"dimension (i.e. {ranks} inputs).",
-        UserWarning,
-        stacklevel=3,
-    )
+def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """``x`` where ``x > threshold``, else ``value``.
 
-
-def dropout1d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero whole channels of (N, C, L), or of unbatched (C, L), with probability ``p``; other
-    ranks raise (PyTorch's rules)."""
-    x = float_input(input, "dropout1d")
-    if x.ndim not in (2, 3):
-        raise RuntimeError(
-            f"dropout1d: Expected 2D or 3D input, but received a {x.ndim}D input (shape "
-            f"{x.shape}); dropout1d drops channels of (N, C, L) or (C, L): use dropout for "
-            "element-wise dropout"
-        )
-    return _feature_dropout(x, p, training, "dropout1d", x.ndim == 3)
-
-
-def dropout2d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero whole channels with probability ``p``, as PyTorch: the first two axes are always
-    (N, C), so (N, C, H, W) drops (H, W) maps and a 3-D input is (N, C, L) (a warning says so);
-    other ranks warn as PyTorch does, and a 2-D (N, C) input then drops single elements."""
-    x = float_input(input, "dropout2d")
-    if x.ndim not in (3, 4):
-        _rank_warning("dropout2d", x.ndim, "3D or 4D", 2)
-    if x.ndim < 2:
-        raise RuntimeError(
-            f"dropout2d: Feature dropout requires at least 2 dimensions in the input, got shape "
-            f"{x.shape}; use dropout for element-wise dropout"
-        )
-    if x.ndim == 3:
-        warnings.warn(
-            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
-            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C is "
-            "the channel dim. This behavior will change in a future release to interpret the "
-            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
-            "channel-wise dropout behavior, please switch to using dropout1d instead.",
-            UserWarning,
-            stacklevel=2,
-        )
-    return _feature_dropout(x, p, training, "dropout2d", True)
-
-
-def dropout3d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero whole channels of (N, C, D, H, W), or of unbatched (C, D, H, W), with probability
-    ``p``; other ranks warn as PyTorch does and are read as unbatched."""
-    x = float_input(input, "dropout3d")
-    if x.ndim not in (4, 5):
-        _rank_warning("dropout3d", x.ndim, "4D or 5D", 3)
-    return _feature_dropout(x, p, training, "dropout3d", x.ndim == 5)
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.threshold(tg.tensor([0.5, 2.0]), 1.0, -1.0).tolist()
+    [-1.0, 2.0]
+    """
+    x = float_input(input, "threshold")
+    return E.where(x > threshold, x, value)

@@ -1,8 +1,8 @@
 """Padding and resampling: ``pad`` (PyTorch's argument order) and ``interpolate``.
 
 Resampling two spatial axes is one primitive per mode (``nn.resize_nearest2d``,
-``nn.resize_linear2d``, each with its adjoint as a primitive), compiled kernels under them
-(``_kernels/resample.py``): as a gather per axis it made four to five temporaries of the
+``nn.resize_linear2d``, each with its adjoint as a primitive: ``ops/_resize.py``), compiled
+kernels under them (``_kernels/resample.py``): as a gather per axis it made four to five temporaries of the
 output's size and a numpy scatter-add per axis in backward. Other ranks stay compositions of
 gathers.
 """
@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._autodiff import Primitive, apply, defprim
+from .._autodiff import apply
 from .._backend import np, xp_of
-from .._kernels.registry import dispatch
 from .._tensor import Tensor, _wrap
 from ..ops import _shape as S
 from ..ops._common import as_tensor
-from ._f_common import float_input, take
+from ..ops._resize import RESIZE_LINEAR, RESIZE_NEAREST
+from ..ops._take import take
+from ._f_common import float_input
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
@@ -113,73 +114,6 @@ def _out_sizes(x: Tensor, size: Any, scale_factor: Any, op: str) -> tuple[list[i
     return [int(math.floor(n * f)) for n, f in zip(x.shape[2:], sf, strict=True)], sf
 
 
-# --- two spatial axes: one primitive per mode, its adjoint a primitive too (higher order) ----
-def _fold_sorted(a: Any, idx: Any, n: int, axis: int) -> Any:
-    """The adjoint of ``a``'s gather at the sorted ``idx`` along ``axis`` (n rows)."""
-    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
-    out = np.zeros(a.shape[:axis] + (n,) + a.shape[axis + 1 :], a.dtype)
-    out[(slice(None),) * axis + (idx[starts],)] = np.add.reduceat(a, starts, axis=axis)
-    return out
-
-
-def _nearest_np(x: Any, ih: Any, iw: Any) -> Any:
-    return x[:, :, ih[:, None], iw]
-
-
-def _nearest_grad_np(g: Any, ih: Any, iw: Any, h: int, w: int) -> Any:
-    return _fold_sorted(_fold_sorted(g, ih, h, 2), iw, w, 3)
-
-
-def _weights(idx: Any, wt: Any, n: int) -> Any:
-    """The (len, n) matrix of a linear resampling along one axis."""
-    a = np.zeros((idx.shape[1], n), wt.dtype)
-    rows = np.arange(idx.shape[1])
-    np.add.at(a, (rows, idx[0]), wt[0])
-    np.add.at(a, (rows, idx[1]), wt[1])
-    return a
-
-
-def _linear_np(x: Any, ih: Any, wh: Any, iw: Any, ww: Any) -> Any:
-    t = x[:, :, ih[0]] * wh[0][:, None] + x[:, :, ih[1]] * wh[1][:, None]
-    return t[..., iw[0]] * ww[0] + t[..., iw[1]] * ww[1]
-
-
-def _linear_grad_np(g: Any, ih: Any, wh: Any, iw: Any, ww: Any, h: int, w: int) -> Any:
-    gt = g @ _weights(iw, ww.astype(g.dtype), w)  # (N, C, OH, W)
-    return _weights(ih, wh.astype(g.dtype), h).T @ gt
-
-
-def _nearest_fwd(x: Any, ih: Any, iw: Any, h: int, w: int) -> Any:
-    return dispatch("resize_nearest2d", _nearest_np, x, ih, iw)
-
-
-def _nearest_grad_fwd(g: Any, ih: Any, iw: Any, h: int, w: int) -> Any:
-    return dispatch("resize_nearest2d_grad", _nearest_grad_np, g, ih, iw, h, w)
-
-
-def _linear_fwd(x: Any, ih: Any, wh: Any, iw: Any, ww: Any, h: int, w: int) -> Any:
-    return dispatch("resize_linear2d", _linear_np, x, ih, wh, iw, ww)
-
-
-def _linear_grad_fwd(g: Any, ih: Any, wh: Any, iw: Any, ww: Any, h: int, w: int) -> Any:
-    return dispatch("resize_linear2d_grad", _linear_grad_np, g, ih, wh, iw, ww, h, w)
-
-
-_NEAREST: Primitive = defprim("nn.resize_nearest2d", _nearest_fwd, (
-    lambda xp, g, ans, x, ih, iw, h, w: xp.apply(_NEAREST_GRAD, g, ih, iw, h=h, w=w),
-    None, None), save=(1, 2))
-_NEAREST_GRAD: Primitive = defprim("nn.resize_nearest2d_grad", _nearest_grad_fwd, (
-    lambda xp, gg, ans, g, ih, iw, h, w: xp.apply(_NEAREST, gg, ih, iw, h=h, w=w),
-    None, None), save=(1, 2))
-_LINEAR: Primitive = defprim("nn.resize_linear2d", _linear_fwd, (
-    lambda xp, g, ans, x, ih, wh, iw, ww, h, w: xp.apply(
-        _LINEAR_GRAD, g, ih, wh, iw, ww, h=h, w=w),
-    None, None, None, None), save=(1, 2, 3, 4))
-_LINEAR_GRAD: Primitive = defprim("nn.resize_linear2d_grad", _linear_grad_fwd, (
-    lambda xp, gg, ans, g, ih, wh, iw, ww, h, w: xp.apply(_LINEAR, gg, ih, wh, iw, ww, h=h, w=w),
-    None, None, None, None), save=(1, 2, 3, 4))
-
-
 def interpolate(
     input: Any,
     size: Any = None,
@@ -227,7 +161,7 @@ def interpolate(
         if nd == 2 and xp_of(x._data) is np and any(i is not None for i in idxs):  # one pass (_kernels/resample.py)
             h, w = x.shape[2:]
             ih, iw = (np.arange(n) if i is None else i for i, n in zip(idxs, (h, w), strict=True))
-            return apply(_NEAREST, x, ih, iw, h=h, w=w)
+            return apply(RESIZE_NEAREST, x, ih, iw, h=h, w=w)
         for k, idx in enumerate(idxs):
             if idx is not None:
                 x = take(x, idx, 2 + k)
@@ -262,7 +196,7 @@ def interpolate(
         (ih, wh), (iw, ww) = (
             (np.stack([np.arange(n)] * 2), np.stack([np.ones(n, x.dtype), np.zeros(n, x.dtype)]))
             if a is None else a for a, n in zip(axes, (h, w), strict=True))
-        return apply(_LINEAR, x, ih, wh, iw, ww, h=h, w=w)  # one pass (_kernels/resample.py)
+        return apply(RESIZE_LINEAR, x, ih, wh, iw, ww, h=h, w=w)  # one pass (_kernels/resample.py)
     for k, a in enumerate(axes):
         if a is None:
             continue
@@ -285,3 +219,25 @@ def upsample(
 ) -> Tensor:
     """An alias of ``interpolate`` (PyTorch's deprecated name)."""
     return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Any, size: Any = None, scale_factor: Any = None) -> Tensor:
+    """PyTorch's legacy name for ``interpolate(..., mode='nearest')``.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.upsample_nearest(tg.zeros((1, 1, 2, 2)), scale_factor=2).shape
+    (1, 1, 4, 4)
+    """
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Any, size: Any = None, scale_factor: Any = None) -> Tensor:
+    """PyTorch's legacy name for ``interpolate(..., mode='bilinear', align_corners=True)``.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.upsample_bilinear(tg.zeros((1, 1, 2, 2)), size=3).shape
+    (1, 1, 3, 3)
+    """
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -15,7 +15,6 @@ submodules (and lists/dicts of them) depth first.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -25,16 +24,11 @@ from .. import _backend as B
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
+from ._hooks import call_hook, structure, structure_changed
+from ._state_dict import IncompatibleKeys, as_numbers, fresh_copy, keys_message
 
 # the modules whose repr is being built (a cycle prints as "Name(...)")
 _REPR_ACTIVE: set[int] = set()
-
-
-class IncompatibleKeys(NamedTuple):
-    """What ``load_state_dict`` returns: the keys it did not find and the keys it did not use."""
-
-    missing_keys: list[str]
-    unexpected_keys: list[str]
 
 
 class Module:
@@ -74,12 +68,12 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if (name[0] != "_" or name in self._registered) and name != "training":
-            _STRUCTURE[0] += 1
+            structure_changed()
             _adopt(name, value)
 
     def __delattr__(self, name: str) -> None:
         object.__delattr__(self, name)
-        _STRUCTURE[0] += 1
+        structure_changed()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The computation; subclasses define it."""
@@ -88,7 +82,7 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        hook = _ON_CALL[0]
+        hook = call_hook()
         if hook is not None:  # tg.compile's capture: the modules a step calls
             hook(self)
         scope = _autodiff.scope_list()  # this thread's module scope
@@ -228,12 +222,12 @@ class Module:
         holds plain lists or dicts (which can change unseen) is walked every time.
         """
         cached = self.__dict__.get("_param_cache")
-        if cached is not None and cached[0] == _STRUCTURE[0]:
+        if cached is not None and cached[0] == structure():
             return list(cached[1])
         walk = _Walk(dedupe=True)
         out = [t for _, t in _unique_tensors(walk.run(self), _is_parameter)]
         if not walk.mutable:
-            object.__setattr__(self, "_param_cache", (_STRUCTURE[0], out))
+            object.__setattr__(self, "_param_cache", (structure(), out))
         return list(out)
 
     def named_buffers(
@@ -307,13 +301,13 @@ class Module:
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
-            raise RuntimeError(_keys_message(type(self).__name__, missing, unexpected))
+            raise RuntimeError(keys_message(type(self).__name__, missing, unexpected))
         arrays: dict[str, Any] = {}
         bad = []
         for k, t in own.items():
             if k not in state_dict:
                 continue
-            a = _numeric(type(self).__name__, k, state_dict[k])
+            a = as_numbers(type(self).__name__, k, state_dict[k])
             if tuple(a.shape) != t.shape:
                 bad.append(f"'{k}': {tuple(a.shape)} in the state dict, {t.shape} in the model")
             arrays[k] = a
@@ -408,7 +402,7 @@ class Module:
         # A copied Parameter must be a new leaf: fresh tape identity, on no tape.
         for _, t in _unique_tensors(_Walk(dedupe=True).run(self), _is_tensor):
             if id(t) not in memo:
-                memo[id(t)] = _fresh_copy(t)
+                memo[id(t)] = fresh_copy(t)
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         for k, v in vars(self).items():
@@ -568,89 +562,6 @@ def _adopt(name: str, value: Any) -> None:
                 v.name = e.path
 
 
-_ON_CALL: list[Any] = [None]  # the function ``on_call`` installed, or None
-_STRUCTURE = [0]  # moves whenever a module's fields or a container's items change
-
-
-@contextlib.contextmanager
-def on_call(fn: Callable[[Module], None]) -> Iterator[None]:
-    """Within the block, every module call first calls ``fn(module)`` (``tg.compile`` learns
-    which modules a step calls so). One at a time: a second ``on_call`` inside the first raises.
-
-    >>> import tapegrad as tg
-    >>> seen = []
-    >>> with on_call(seen.append):
-    ...     _ = tg.nn.ReLU()(tg.ones(2))
-    >>> [type(m).__name__ for m in seen]
-    ['ReLU']
-    """
-    if _ON_CALL[0] is not None:
-        raise RuntimeError("on_call: a hook is already installed (captures do not nest)")
-    _ON_CALL[0] = fn
-    try:
-        yield
-    finally:
-        _ON_CALL[0] = None
-
-
-def structure_changed() -> None:
-    """Invalidate cached parameter lists (containers call it when their items change)."""
-    _STRUCTURE[0] += 1
-
-
-def _fresh_copy(t: Tensor) -> Tensor:
-    if isinstance(t, Parameter):
-        p = Parameter(t._data.copy(), requires_grad=t.requires_grad)
-        p.name = t.name
-        return p
-    return _wrap(t._data.copy())
-
-
 def _indent(s: str, n: int) -> str:
     first, *rest = s.split("\n")
     return "\n".join([first] + [(" " * n + line) if line.strip() else "" for line in rest])
-
-
-def _numeric(owner: str, key: str, v: Any) -> Any:
-    """A state-dict value as an array of numbers, or a TypeError naming the key."""
-    if isinstance(v, Tensor):
-        return v._data
-    if B.is_array(v):
-        a = v
-    else:
-        try:
-            a = np.asarray(v)
-        except (ValueError, TypeError):  # ragged lists
-            a = None
-    if a is None or a.dtype.kind not in "biuf":
-        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
-        raise TypeError(
-            f"load_state_dict: {owner}: '{key}' is a {type(v).__name__} ({shown}), not an array "
-            "of numbers; pass tensors, numpy arrays or (nested) lists of numbers"
-        )
-    return a
-
-
-def _keys_message(owner: str, missing: list[str], unexpected: list[str]) -> str:
-    msg = f"load_state_dict: {owner}: "
-    parts = []
-    if missing:
-        parts.append(f"missing keys {missing}")
-    if unexpected:
-        parts.append(f"unexpected keys {unexpected}")
-    msg += "; ".join(parts)
-    # A common cause: the checkpoint was saved from a wrapper (``module.``, ``model.``).
-    hint = ""
-    if missing and unexpected:
-        for u in unexpected:
-            for m in missing:
-                if u.endswith("." + m):
-                    pre = u[: -len(m)]
-                    hint = (
-                        f". The checkpoint's keys carry the prefix '{pre}': strip it with "
-                        f"{{k.removeprefix('{pre}'): v for k, v in state.items()}}"
-                    )
-                    break
-            if hint:
-                break
-    return msg + (hint or ". Pass strict=False to load only the keys that match")

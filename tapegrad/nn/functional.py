@@ -20,13 +20,10 @@ each other (``nn.conv2d`` and its two gradients), so higher-order gradients work
 
 from ._f_activation import (
     celu,
-    dropout,
-    dropout1d,
-    dropout2d,
-    dropout3d,
     elu,
     gelu,
     glu,
+    hardshrink,
     hardsigmoid,
     hardswish,
     hardtanh,
@@ -43,37 +40,33 @@ from ._f_activation import (
     softmax,
     softmin,
     softplus,
+    softshrink,
     softsign,
     tanh,
     tanhshrink,
+    threshold,
 )
 from ._f_attention import scaled_dot_product_attention
 from ._f_conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
-from ._f_extra import (
-    adaptive_avg_pool1d,
-    adaptive_max_pool1d,
-    hardshrink,
-    hinge_embedding_loss,
-    soft_margin_loss,
-    softshrink,
-    threshold,
-    triplet_margin_loss,
-    upsample_bilinear,
-    upsample_nearest,
-)
+from ._f_dropout import dropout, dropout1d, dropout2d, dropout3d
 from ._f_linear import bilinear, embedding, linear, one_hot
 from ._f_loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
-    cosine_embedding_loss,
     cross_entropy,
-    huber_loss,
     kl_div,
+    nll_loss,
+)
+from ._f_loss_regression import (
+    cosine_embedding_loss,
+    hinge_embedding_loss,
+    huber_loss,
     l1_loss,
     margin_ranking_loss,
     mse_loss,
-    nll_loss,
     smooth_l1_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
 )
 from ._f_norm import (
     batch_norm,
@@ -86,14 +79,16 @@ from ._f_norm import (
     rms_norm,
 )
 from ._f_pool import (
+    adaptive_avg_pool1d,
     adaptive_avg_pool2d,
+    adaptive_max_pool1d,
     adaptive_max_pool2d,
     avg_pool1d,
     avg_pool2d,
     max_pool1d,
     max_pool2d,
 )
-from ._f_resize import interpolate, pad, upsample
+from ._f_resize import interpolate, pad, upsample, upsample_bilinear, upsample_nearest
 from ._f_shuffle import fold, pixel_shuffle, pixel_unshuffle, unfold
 
 __all__ = [

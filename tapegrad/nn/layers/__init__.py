@@ -1,63 +1,49 @@
 """The layer classes, one family per file, re-exported by ``tapegrad.nn``."""
 
 from .activation import (
+    CELU,
     ELU,
     GELU,
-    LeakyReLU,
-    LogSoftmax,
-    PReLU,
-    ReLU,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Softplus,
-    Tanh,
-)
-
-# layers added for PyTorch coverage (docs/coverage.md)
-from .activation_extra import (
-    CELU,
     GLU,
     SELU,
+    Hardshrink,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
+    LeakyReLU,
     LogSigmoid,
+    LogSoftmax,
     Mish,
+    PReLU,
+    ReLU,
     ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softmax2d,
     Softmin,
+    Softplus,
+    Softshrink,
     Softsign,
+    Tanh,
     Tanhshrink,
+    Threshold,
 )
 from .attention import MultiheadAttention
-from .container import (
-    ModuleDict,
-    ModuleList,
-    ParameterDict,
-    ParameterList,
-    Residual,
-    Sequential,
-)
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Residual, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .distance import CosineSimilarity, PairwiseDistance
-from .dropout import Dropout
-from .dropout_nd import Dropout1d, Dropout2d, Dropout3d
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .embedding import Embedding
-from .extra_pool_upsample import (
-    AdaptiveAvgPool1d,
-    AdaptiveMaxPool1d,
-    UpsamplingBilinear2d,
-    UpsamplingNearest2d,
-)
 from .flatten import Flatten, Unflatten
 from .fold import Fold, Unfold
-from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .linear import Bilinear, Identity, Linear
 from .loss import (
     BCELoss,
     BCEWithLogitsLoss,
     CosineEmbeddingLoss,
     CrossEntropyLoss,
+    HingeEmbeddingLoss,
     HuberLoss,
     KLDivLoss,
     L1Loss,
@@ -65,9 +51,20 @@ from .loss import (
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
+    SoftMarginLoss,
+    TripletMarginLoss,
 )
-from .loss_extra import HingeEmbeddingLoss, SoftMarginLoss, TripletMarginLoss
-from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
+from .norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    RMSNorm,
+)
 from .padding import (
     CircularPad1d,
     CircularPad2d,
@@ -87,7 +84,9 @@ from .padding import (
 )
 from .pixelshuffle import PixelShuffle, PixelUnshuffle
 from .pooling import (
+    AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
     AdaptiveMaxPool2d,
     AvgPool1d,
     AvgPool2d,
@@ -95,7 +94,6 @@ from .pooling import (
     MaxPool2d,
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
-from .shrink import Hardshrink, Softmax2d, Softshrink, Threshold
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -103,7 +101,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from .upsampling import Upsample
+from .upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
     "ELU",

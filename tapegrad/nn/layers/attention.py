@@ -10,9 +10,9 @@ from ..._backend import np
 from ..._creation import zeros
 from ..._tensor import Parameter, Tensor, _wrap
 from ...ops import concat, softmax
+from ...ops._attention import attention, attention_qkv
 from .. import functional as F
 from .. import init
-from .._f_attention import attention, attention_qkv
 from .._module import Module
 from ._utils import check_dtype, new_param
 from .linear import Linear

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..._tensor import Parameter, Tensor
-from .._module import Module, _adopt, structure_changed
+from .._hooks import structure_changed
+from .._module import Module, _adopt
 
 
 def _check_module(m: Any, where: str) -> Module:

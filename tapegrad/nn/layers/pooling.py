@@ -1,4 +1,4 @@
-"""Pooling layers: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d."""
+"""Pooling layers: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d."""
 
 from __future__ import annotations
 
@@ -178,3 +178,35 @@ class AdaptiveMaxPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(Module):
+    """Average pooling of ``(N, C, L)`` to ``output_size`` positions.
+
+    >>> import tapegrad as tg
+    >>> tg.nn.AdaptiveAvgPool1d(1)(tg.ones((2, 3, 5))).shape
+    (2, 3, 1)
+    """
+
+    def __init__(self, output_size: int) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+
+class AdaptiveMaxPool1d(Module):
+    """Max pooling of ``(N, C, L)`` to ``output_size`` positions.
+
+    >>> import tapegrad as tg
+    >>> tg.nn.AdaptiveMaxPool1d(2)(tg.tensor([[[1.0, 5.0, 2.0, 4.0, 3.0]]])).tolist()
+    [[[5.0, 4.0]]]
+    """
+
+    def __init__(self, output_size: int, return_indices: bool = False) -> None:
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)

@@ -8,10 +8,11 @@ from typing import Any
 from ..._creation import zeros
 from ..._tensor import Parameter, Tensor
 from ...ops import _shape as S
+from ...ops._rnn import GATES
 from .. import _f_rnn as FR
 from .. import init
-from .._f_activation import dropout as _dropout
 from .._f_common import float_input
+from .._f_dropout import dropout as _dropout
 from .._module import Module
 from ._utils import check_dtype, new_param
 
@@ -71,7 +72,7 @@ class RNNBase(Module):
         self.dropout = float(dropout)
         self.bidirectional = bidirectional
         self.proj_size = proj_size
-        gate = FR.GATES[mode] * hidden_size
+        gate = GATES[mode] * hidden_size
         dirs = 2 if bidirectional else 1
         for layer in range(num_layers):
             size_in = input_size if layer == 0 else hidden_size * dirs

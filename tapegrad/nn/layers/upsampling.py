@@ -1,4 +1,5 @@
-"""Upsample: resize by a factor or to a size (nearest, linear, bilinear, bicubic, ...)."""
+"""Upsample: resize by a factor or to a size (nearest, linear, bilinear, bicubic, ...), and
+PyTorch's fixed-mode UpsamplingNearest2d and UpsamplingBilinear2d."""
 
 from __future__ import annotations
 
@@ -59,3 +60,27 @@ class Upsample(Module):
         else:
             info = f"size={self.size!r}"
         return info + f", mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """``Upsample(mode='nearest')``.
+
+    >>> import tapegrad as tg
+    >>> tg.nn.UpsamplingNearest2d(scale_factor=2)(tg.tensor([[[[1.0, 2.0]]]])).tolist()
+    [[[[1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 2.0, 2.0]]]]
+    """
+
+    def __init__(self, size: Any = None, scale_factor: Any = None) -> None:
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """``Upsample(mode='bilinear', align_corners=True)``.
+
+    >>> import tapegrad as tg
+    >>> tg.nn.UpsamplingBilinear2d(size=3)(tg.zeros((1, 1, 2, 2))).shape
+    (1, 1, 3, 3)
+    """
+
+    def __init__(self, size: Any = None, scale_factor: Any = None) -> None:
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
