@@ -28,7 +28,7 @@ OVER_BUDGET = {
     "ops/_numpy_extra.py": (833, "numpy's long tail and the names numpy and PyTorch share with "
                                  "two meanings; split by family with ops' reorganisation"),
     "ops/_shape.py": (813, "shape ops; split by family with ops' reorganisation"),
-    "ops/_elementwise.py": (673, "unary and binary rules; split unary/binary"),
+    "ops/_elementwise.py": (674, "unary and binary rules; split unary/binary"),
 }
 
 # Layers, lowest first: a module imports (at module level) its own group and lower layers only.
