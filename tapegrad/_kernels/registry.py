@@ -264,10 +264,12 @@ def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | Non
         except NotReady:
             missing = True
             continue
-        # repeat within its share of the budget; one far slower than the best is not repeated
+        # repeat within its share of the budget, at least once: the first run may have
+        # compiled or loaded the kernel (a per-shape kernel's first call on a new shape) and
+        # never scores; after it, one far slower than the best is not repeated
         spent, reps = 0.0, 0
-        while (reps < TUNE_REPEATS and spent + t <= share
-               and (best is None or t < 2 * best[0])):
+        while reps < TUNE_REPEATS and (reps == 0 or (spent + t <= share
+                                                     and (best is None or t < 2 * best[0]))):
             t0 = time.perf_counter()
             out = run(*args)
             dt = time.perf_counter() - t0
