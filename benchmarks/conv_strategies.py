@@ -85,7 +85,7 @@ def _style(n: int, side: int) -> list[tuple[Any, ...]]:
     for block, (o, reps) in enumerate(((64, 2), (128, 2), (256, 3), (512, 3))):
         for r in range(reps):
             vgg.append((f"VGG {block + 1}.{r + 1} {c}->{o} {s}", n, c, s, s, o, 3, 1, 1, False,
-                        "fi" if c != 3 else "f"))
+                        "fi"))  # the content pass reaches the image: input gradients
             c = o
         s //= 2
     return net + vgg
