@@ -3,7 +3,8 @@
 The suite runs with ``TAPEGRAD_TUNE=0`` (conftest: the hand thresholds choose, so every run
 takes the same kernels); these tests turn the measuring on for an operation of their own, with
 the table in a temporary folder. Which implementation wins is never asserted where it depends
-on timing noise: the candidates here differ by a sleep.
+on timing noise: the candidates here differ by a busy wait (one-thread keys are timed in CPU
+time, which a sleep does not use).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ numba_only = pytest.mark.skipif(_kernels.numba() is None, reason="numba kernels 
 
 
 class _Fake(registry.Impl):
-    """An implementation that sleeps ``delay`` seconds and counts its runs (or raises NotReady
+    """An implementation that spins ``delay`` seconds and counts its runs (or raises NotReady
     while ``ready`` is false)."""
 
     __slots__ = ("delay", "calls", "ready")
@@ -37,8 +38,9 @@ class _Fake(registry.Impl):
         if not self.ready:
             raise registry.NotReady(self.name)
         self.calls += 1
-        if self.delay:
-            time.sleep(self.delay)
+        end = time.perf_counter() + self.delay
+        while time.perf_counter() < end:  # busy: one-thread keys are timed in CPU time
+            pass
         return x + len(self.name)
 
 
@@ -131,6 +133,12 @@ def test_a_first_run_never_scores(tuned):
     registry.dispatch("tune_test", lambda a: a, np.arange(3.0))
     assert list(json.loads(path.read_text())["entries"].values()) == ["loading"]
     assert loading.calls >= 2 and steady.calls >= 2
+
+
+def test_one_thread_is_timed_in_cpu_time_more_threads_by_the_wall_clock():
+    # on a shared machine the wall clock adds the time other programs held the core
+    assert registry._clock(("op", (1, False), ())) is time.process_time
+    assert registry._clock(("op", (4, True), ())) is time.perf_counter
 
 
 def test_the_table_on_disk_decides_in_a_later_process(tuned):
