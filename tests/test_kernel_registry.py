@@ -59,6 +59,18 @@ def _geom(x):
     return P._pool_args(tg.tensor(x), 2, None, 0, 1, False, "max_pool2d")
 
 
+def _pools(dt):
+    """(x, geom) of max pooling: 2x2 windows; 3x3 stride 2 padded 1 (ResNet's, overlapping,
+    with ties: values rounded to halves); 3x2 stride (1, 2) dilated (2, 1) in ceil mode."""
+    x = _r(26, (2, 3, 8, 8), dt)
+    tie = np.round(_r(30, (2, 3, 9, 7), dt) * 2) / 2
+    odd = _r(31, (2, 2, 7, 9), dt)
+    return [(x, _geom(x)),
+            (tie, P._pool_args(tg.tensor(tie), 3, 2, 1, 1, False, "max_pool2d")),
+            (odd, P._pool_args(tg.tensor(odd), (3, 2), (1, 2), (1, 1), (2, 1), True,
+                               "max_pool2d"))]
+
+
 _CONV = CV.Geom((2, 3, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (6, 6))
 
 
@@ -171,12 +183,10 @@ CASES = {
         ARRAYS, _r(25, (4, 3, 5, 5), dt), _r(22, (4, 3, 5, 5), dt), _r(23, (3,), dt), 1e-5,
         (True, True, True)))),
     "batch_stats": (False, lambda dt: (N._batch_stats_np, (_r(22, (4, 3, 5, 5), dt),))),
-    "max_pool2d": (True, lambda dt: (OP._max_pool, (_r(26, (2, 3, 8, 8), dt), _geom(
-        _r(26, (2, 3, 8, 8), dt))))),
-    "max_pool2d_grad": (True, lambda dt: (OP._max_pool_grad, (
-        _r(27, (2, 3, 4, 4), dt), _r(26, (2, 3, 8, 8), dt),
-        OP._max_pool(_r(26, (2, 3, 8, 8), dt), _geom(_r(26, (2, 3, 8, 8), dt))),
-        _geom(_r(26, (2, 3, 8, 8), dt))))),
+    "max_pool2d": (True, lambda dt: [(OP._max_pool, (x, geom)) for x, geom in _pools(dt)]),
+    "max_pool2d_grad": (True, lambda dt: [
+        (OP._max_pool_grad, (_r(27, (*x.shape[:2], *geom.out_hw), dt), x,
+                            OP._max_pool(x, geom), geom)) for x, geom in _pools(dt)]),
     "batched_matmul": (False, lambda dt: (A._matmul_np, (
         _r(28, (2, 3, 5, 4), dt), _r(29, (2, 3, 4, 6), dt), None))),
     "attention_softmax": (False, lambda dt: (A._scores_to_probs, (

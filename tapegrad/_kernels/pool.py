@@ -1,4 +1,5 @@
-"""2x2 max pooling (stride 2, the common ``MaxPool2d(2)``), forward and gradient (numba).
+"""2x2 max pooling (stride 2, the common ``MaxPool2d(2)``), forward and gradient, and the
+gradient over any other window (numba).
 
 numpy's max pooling makes one strided pass per kernel offset, and its gradient compares every
 offset with the output, masks and multiplies. Here each window is read once, its four values
@@ -9,7 +10,10 @@ order (PyTorch's rule) and writes zeros elsewhere, rows and columns no window re
 Each has a parallel form (``*_par``: the planes in chunks, one per thread, the same bits) used
 from ``PARALLEL_MIN`` input elements when numpy's BLAS shares numba's threads (before that pool,
 waking a second thread cost more than the pass). The gradient writes each element once (zeros only where no window
-reaches: an odd last row or column). Imported only when numba is selected.
+reaches: an odd last row or column). Other windows (ResNet's 3x3 stride 2 padded 1) keep numpy's
+forward, whose kh * kw maximum passes vectorise, and take ``max_pool_window_grad``: one pass over
+the windows instead of the reference's comparison, selection and addition per tap.
+Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -87,6 +91,73 @@ def _max4_grad(g, x, out, dx, p0, p1):  # type: ignore[no-untyped-def]
                 df[i0 + U(1)] = gv if b else zero
                 df[i1] = gv if d else zero
                 df[i1 + U(1)] = gv if e else zero
+
+
+@jit()
+def _maxk_grad(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, p0, p1):  # type: ignore[no-untyped-def]
+    """The max-pooling gradient of planes p0 to p1 (flat, n * C + c) over any window geometry
+    (padding reads as -inf): each window's gradient goes to its first tap (row-major) equal to
+    the maximum, dropped where that tap is padding. The windows run from the last to the
+    first, so each input element sums its windows' parts in the order of their taps, as the
+    reference's one pass per tap does (the same bits)."""
+    h_, w_ = x.shape[2], x.shape[3]
+    ho, wo = out.shape[2], out.shape[3]
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    gf = g.reshape(-1)
+    df = dx.reshape(-1)
+    low = xf.dtype.type(-np.inf)
+    for k in range(U(p0 * h_ * w_), U(p1 * h_ * w_)):
+        df[k] = 0
+    for p in range(p0, p1):
+        base = p * h_ * w_
+        for y in range(ho - 1, -1, -1):
+            for xx in range(wo - 1, -1, -1):
+                o = U((p * ho + y) * wo + xx)
+                m = of[o]
+                found = False
+                for i in range(kh):
+                    r = y * sh + i * dh - pt
+                    for j in range(kw):
+                        c = xx * sw + j * dw - pl
+                        inside = 0 <= r < h_ and 0 <= c < w_
+                        at = U(base + r * w_ + c) if inside else U(0)
+                        v = xf[at] if inside else low
+                        if v == m:
+                            if inside:
+                                df[at] += gf[o]
+                            found = True
+                            break
+                    if found:
+                        break
+
+
+@jit(parallel=True)
+def _maxk_grad_par(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw):  # type: ignore[no-untyped-def]
+    """``_maxk_grad`` of the planes in chunks, one per thread."""
+    p = num_threads()
+    for i in prange(p):
+        p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
+        _maxk_grad(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, p0, p1)
+
+
+def _window_args(geom: Any) -> tuple[int, ...]:
+    (kh, kw), (sh, sw), (dh, dw) = geom.kernel, geom.stride, geom.dilation
+    return kh, kw, sh, sw, geom.padding[0][0], geom.padding[1][0], dh, dw
+
+
+def max_pool_window_grad(g: Any, x: Any, out: Any, geom: Any) -> Any:
+    """``nn.max_pool2d_grad``'s forward for any window geometry: one pass over the windows
+    (the reference compares every tap's strided view with the output, then adds per tap)."""
+    dx = np.empty(geom.in_shape, dtype=g.dtype)
+    c = np.ascontiguousarray
+    g, x, out = c(g), c(x), c(out)
+    a = _window_args(geom)
+    if _parallel(x):
+        _maxk_grad_par(g, x, out, dx, *a)
+    else:
+        _maxk_grad(g, x, out, dx, *a, 0, x.shape[0] * x.shape[1])
+    return dx
 
 
 def fits(geom: Any) -> bool:

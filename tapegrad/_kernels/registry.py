@@ -162,6 +162,7 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
 
 TUNE_BUDGET = 0.004  # seconds of repeated runs per key, shared by its alternatives
 TUNE_REPEATS = 5  # timed runs of one alternative at most (after the first, untimed)
+TUNE_ROUNDS = 2  # timed runs of each alternative at least, past the budget where needed
 TUNE_MARGIN = 0.9  # another implementation replaces the hand thresholds' choice when faster than this
 RETUNE_AFTER = 0.5  # seconds between measurements of a key while an alternative compiles
 _TUNE: list[bool | None] = [None]  # TAPEGRAD_TUNE, read once
@@ -242,45 +243,65 @@ def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],
     return _tune(k, fit, reference if with_ref else None, reference, args)
 
 
+def _clock(k: tuple[Any, ...]) -> Callable[[], float]:
+    """What a measurement of key ``k`` reads: on one thread the process's CPU time, which the
+    time other programs hold the core does not add to (a machine shared with other work), else
+    the wall clock (threads working side by side are what makes a parallel kernel faster)."""
+    return time.process_time if k[1][0] == 1 else time.perf_counter
+
+
 def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | None,
           reference: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """Time the ready candidates for key ``k``, keep the fastest, and return its result. The
     hand thresholds' choice runs first and keeps the key unless another is faster by more than
-    ``TUNE_MARGIN`` (timing noise on a busy machine does not move it)."""
+    ``TUNE_MARGIN`` (timing noise on a busy machine does not move it).
+
+    Each candidate's first run may compile or load its kernel (a per-shape kernel's first call
+    on a new shape) and never scores. Then the candidates run in rounds, one run each in turn
+    (the order rotating), each keeping its fastest run: at least TUNE_ROUNDS rounds, more
+    while the budget lasts, at most TUNE_REPEATS; one slower than twice the best drops out.
+    Taking turns, a burst of other load on the machine slows all of them, not one."""
     preferred = [i for i in fit if i.prefer is None or i.prefer(*args)]
     cands: list[tuple[str, Callable[..., Any]]] = [(i.name, i.run) for i in preferred]
     cands += [(i.name, i.run) for i in fit if i not in preferred]
     if ref_alt is not None:
         cands.insert(len(preferred) if preferred else 0, (REFERENCE, ref_alt))
     default = cands[0][0]
-    share = TUNE_BUDGET / len(cands)
-    best: tuple[float, str, Any] | None = None
     missing = False
+    ready: list[tuple[str, Callable[..., Any]]] = []
     for name, run in cands:
         try:
-            t0 = time.perf_counter()
-            out = run(*args)
-            t = time.perf_counter() - t0
+            run(*args)
         except NotReady:
             missing = True
             continue
-        # repeat within its share of the budget; one far slower than the best is not repeated
-        spent, reps = 0.0, 0
-        while (reps < TUNE_REPEATS and spent + t <= share
-               and (best is None or t < 2 * best[0])):
-            t0 = time.perf_counter()
-            out = run(*args)
-            dt = time.perf_counter() - t0
-            t = dt if reps == 0 else min(t, dt)
-            spent += dt
-            reps += 1
-        score = t * TUNE_MARGIN if name == default else t
-        if best is None or score < best[0]:
-            best = (score, name, out)
-        del out
-    if best is None:  # every kernel compiling, the reference not among them
+        ready.append((name, run))
+    if not ready:  # every kernel compiling, the reference not among them
         _CHOSEN[k] = (REFERENCE, False, time.monotonic())
         return reference(*args)
+    score: dict[str, float] = {}
+    best: tuple[float, str, Any] | None = None
+    spent = 0.0
+    clock = _clock(k)
+    for r in range(TUNE_REPEATS):
+        if r >= TUNE_ROUNDS and spent > TUNE_BUDGET:
+            break
+        turn = ready[r % len(ready):] + ready[:r % len(ready)]
+        for name, run in turn:
+            t0 = clock()
+            out = run(*args)
+            dt = clock() - t0
+            spent += dt
+            t = min(score.get(name, dt), dt * TUNE_MARGIN if name == default else dt)
+            score[name] = t
+            if best is None or t < best[0]:
+                best = (t, name, out)
+            del out
+        low = min(score.values())
+        ready = [(n, f) for n, f in ready if score[n] <= 2 * low]
+        if len(ready) == 1:
+            break
+    assert best is not None
     _CHOSEN[k] = (best[1], not missing, time.monotonic())
     if not missing:
         _remember(repr(k), best[1])
