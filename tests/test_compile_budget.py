@@ -109,6 +109,22 @@ def test_every_kernel_module_function_stays_within_the_bytecode_budget():
     assert seen > 20  # the walk found the kernels
 
 
+# Tighter budgets for the kernels cut below 2 s (inlined bytecode: today, and before the cut).
+KERNEL_BYTECODE = {
+    ("attention_heads", "_bwd_blocks"): 1100,  # 900 (2,391 with its products inlined)
+    ("conv_direct", "_fwd"): 860,  # 808 (908 with a lone 3x3 channel's loop of its own)
+    ("conv_direct", "_wgrad"): 800,  # 676 (1,100 with the pair pass inside)
+}
+
+
+@numba_only
+@pytest.mark.parametrize(("module", "name"), sorted(KERNEL_BYTECODE))
+def test_kernels_cut_below_two_seconds_stay_within_their_bytecode_budgets(module, name):
+    fn = getattr(importlib.import_module(f"{_kernels.__name__}.{module}"), name).py_func
+    n, budget = _inlined_bytecode(fn), KERNEL_BYTECODE[module, name]
+    assert 100 < n <= budget, f"{module}.{name}: {n} bytecode instructions (budget {budget})"
+
+
 def test_the_bytecode_measure_counts_an_inlined_helper_at_each_call_site():
     import numba  # noqa: PLC0415
 
@@ -287,6 +303,7 @@ def test_kernels_calling_by_address_compile_within_their_llvm_budgets(monkeypatc
 
     _first_calls(monkeypatch)
     cfg = numba.core.config
+    over = {}
     for (module, name), budget in FRESH_LLVM.items():
         disp = getattr(importlib.import_module(f"{_kernels.__name__}.{module}"), name)
         sig = next(s for s in disp.signatures if "float32" in str(s))
@@ -299,4 +316,6 @@ def test_kernels_calling_by_address_compile_within_their_llvm_budgets(monkeypatc
         finally:
             cfg.SLP_VECTORIZE = old
         n = llvm_instructions(fresh.inspect_llvm(fresh.signatures[0]))
-        assert 300 < n <= budget, f"{module}.{name}: {n} LLVM instructions (budget {budget})"
+        if not 300 < n <= budget:
+            over[f"{module}.{name}"] = (n, budget)
+    assert not over, f"LLVM instructions (and budgets): {over}"
