@@ -353,6 +353,21 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     return out.transpose(0, 2, 1, 3)
 
 
+_PARTS: dict[str, tuple[int, int]] = {}
+
+
+def _parts(dt: Any) -> tuple[int, int]:
+    """The addresses of ``_bwd_scores``' and ``_bwd_sums``' compiled code for dtype ``dt``
+    (``twins.entry``, by calls over no rows), kept by dtype: their arguments are flat arrays of
+    the input's dtype and int64s."""
+    fps = _PARTS.get(dt.char)
+    if fps is None:
+        z = np.zeros(0, dt)
+        fps = _PARTS[dt.char] = (entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0),
+                                 entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0))
+    return fps
+
+
 def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> Any:
     """The gradient of packed ``x``: a new (B, L, 3, H, D) array, given the output gradient ``g``
     and the output ``out`` ((B, H, L, D) of any strides); ``dmask`` (when given, (B, H, L, L)
@@ -368,9 +383,7 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
             dx.reshape(-1), dm)
     par = _parallel(x)
     with _slp(("bwd", x.dtype.char, mf is None, dm is None, par)):
-        xf = args[0]  # no rows: no work
-        fqs = (entry(_bwd_scores, xf, xf, xf, xf, xf, xf, 0, 0, 0, 0, 0, 0),
-               entry(_bwd_sums, xf, xf, xf, xf, xf, 0, 0, 0, 0, 0, 0))
+        fqs = _parts(x.dtype)
         if par:
             _bwd_par(*args, n_b * n_h, *fqs, entry(_bwd_blocks, *args, 0, 0, *fqs))
         else:

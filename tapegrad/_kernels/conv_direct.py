@@ -360,15 +360,22 @@ def _wgrad_par(g, x, dwt2, nbc, hp, wp, pt, pl, dh, dw, groups, fpl, fpw, fpair,
                      fpair))
 
 
-def _placer(x: Any) -> int:
-    """``_place``'s compiled code for ``x``'s dtype (``twins.entry``)."""
-    return entry(_place, x, 0, 0, np.empty((0, 0, 0, 0), x.dtype), 0, 0)
+_PARTS: dict[tuple[str, str], int] = {}
 
 
-def _pairer(g: Any) -> int:
-    """``_wgrad_pair``'s compiled code for ``g``'s dtype (a call over no elements, adding zeros
-    to scratch)."""
-    return entry(_wgrad_pair, *(np.zeros(9, g.dtype),) * 3, 0, 0, 0, 0, 0, 0, 0, 0)
+def _part(name: str, dt: Any) -> int:
+    """The address of ``_place``'s, ``_place_wide_hw``'s or ``_wgrad_pair``'s compiled code
+    (``name`` "place", "wide", "pair") for dtype ``dt``: found once (``twins.entry``, by a call
+    that does no work) and kept by name and dtype: the other argument types are fixed, and a
+    convolution's arrays share one dtype (``_kernels.usable``)."""
+    fp = _PARTS.get((name, dt.char))
+    if fp is None:
+        e4, z9 = np.empty((0, 0, 0, 0), dt), np.zeros(9, dt)
+        nothing = {"place": (_place, e4, 0, 0, e4, 0, 0),
+                   "wide": (_place_wide_hw, e4, 0, 0, np.empty((0, 0), dt), 1, 1),
+                   "pair": (_wgrad_pair, z9, z9, z9, 0, 0, 0, 0, 0, 0, 0, 0)}[name]
+        fp = _PARTS[name, dt.char] = entry(*nothing)
+    return fp
 
 
 def _parallel(n: int, work: int) -> bool:
@@ -406,7 +413,7 @@ def _conv(x: Any, w: Any, b: Any, out: Any, pads: tuple[int, int, int, int], dh:
     work = n * hp * wp * o * cg * kh * kw
     ints = (_chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)
     xc = c_(x)
-    args = (xc, c_(w), bb, out, *(int(v) for v in ints), _placer(xc))
+    args = (xc, c_(w), bb, out, *(int(v) for v in ints), _part("place", xc.dtype))
     if _parallel(n, work):
         _fwd_par(*args, entry(_fwd, 0, 0, *args))
     else:
@@ -452,9 +459,9 @@ def direct_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int
     c = np.ascontiguousarray
     work = n * hp * wp * o * cg * kh * kw
     gc, xc = c(g), c(x)
-    args = (*(int(v) for v in (_chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)), _placer(xc),
-            entry(_place_wide_hw, gc, 0, 0, np.empty((0, 0), gc.dtype), 1, 1),
-            _pairer(gc) if (kh, kw) == (3, 3) else 0)
+    dt = xc.dtype
+    args = (*(int(v) for v in (_chunk(hp, wp), hp, wp, pt, pl, dh, dw, groups)),
+            _part("place", dt), _part("wide", dt), _part("pair", dt) if (kh, kw) == (3, 3) else 0)
     if _parallel(n, work):
         from . import threads  # noqa: PLC0415
 

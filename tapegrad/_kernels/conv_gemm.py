@@ -337,7 +337,6 @@ def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
 
 
 def _gather(xt: Any, cols: Any, *geom: int) -> None:
-    geom = tuple(int(v) for v in geom)  # int64s, as call_at passes them
     rows = xt.shape[0] * xt.shape[1] * geom[6]
     if _parallel(rows, cols.size):
         _gather_par(xt, cols, *geom, entry(_gather_k, xt, cols, *geom, 0, 0))

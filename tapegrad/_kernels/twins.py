@@ -17,6 +17,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .._backend import np
+
 # the plain arguments ``call_at`` passes besides arrays (one data model, any layout); None: an
 # absent array
 _PLAIN = (types.int64, types.float32, types.float64, types.none)
@@ -46,15 +48,16 @@ def call_at(typingctx: Any, fp: Any, args: Any) -> Any:
 
 
 _ENTRIES: dict[tuple[Any, ...], int] = {}
+nd = np.ndarray
 
 
 def entry(serial: Any, *args: Any) -> int:
     """The address of ``serial``'s compiled code for ``args``' kinds (C-contiguous arrays of a
-    dtype and rank, Python ints, numpy floats, None), for ``call_at``: made (or loaded) once
+    dtype and rank, Python ints, numpy floats, None; about 1 us a call), for ``call_at``: made (or loaded) once
     for those by the call ``serial(*args)``, which must do no work (an empty range). In the
     background compile mode that call raises ``NotReady`` until the code is there, and the
     operation's reference runs."""
-    key = (serial, *((a.dtype.char, a.ndim) if hasattr(a, "ndim") else type(a) for a in args))
+    key = (serial, *[(a.dtype.char, a.ndim) if a.__class__ is nd else a.__class__ for a in args])
     fp = _ENTRIES.get(key)
     if fp is None:
         serial(*args)
