@@ -336,10 +336,23 @@ def _nhwc(x: Any, xt: Any, pt: int, pl: int) -> None:
            int(pt), int(pl))
 
 
+_GATHER: dict[str, int] = {}
+
+
+def _gather_at(dt: Any) -> int:
+    """``_gather_k``'s compiled code for dtype ``dt`` (``twins.entry``, by a call over no
+    rows), kept by dtype: its other argument types are fixed."""
+    fp = _GATHER.get(dt.char)
+    if fp is None:
+        fp = _GATHER[dt.char] = entry(_gather_k, np.empty((0,) * 5, dt), np.empty((0,) * 3, dt),
+                                      *(0,) * 10)
+    return fp
+
+
 def _gather(xt: Any, cols: Any, *geom: int) -> None:
     rows = xt.shape[0] * xt.shape[1] * geom[6]
     if _parallel(rows, cols.size):
-        _gather_par(xt, cols, *geom, entry(_gather_k, xt, cols, *geom, 0, 0))
+        _gather_par(xt, cols, *geom, _gather_at(xt.dtype))
     else:
         _gather_k(xt, cols, *geom, 0, rows)
 
