@@ -133,8 +133,8 @@ def _fwd(n0, n1, x, wk, b, out, nbc, hp, wp, pt, pl, dh, dw, groups, fpl):  # ty
                         w1 = w0 + cg * 9 if two else w0
                         a0, a1, a2, a3, a4 = wf[w0], wf[w0 + 1], wf[w0 + 2], wf[w0 + 3], wf[w0 + 4]
                         a5, a6, a7, a8 = wf[w0 + 5], wf[w0 + 6], wf[w0 + 7], wf[w0 + 8]
-                        # a lone last channel runs as a pair with itself, its twin dropped (a
-                        # loop of its own was a fifth of this kernel's compile time)
+                        # a lone last channel (odd channels per group) runs as a pair with
+                        # itself, its twin's sums dropped: one loop to compile, not two
                         b0, b1, b2, b3, b4 = wf[w1], wf[w1 + 1], wf[w1 + 2], wf[w1 + 3], wf[w1 + 4]
                         b5, b6, b7, b8 = wf[w1 + 5], wf[w1 + 6], wf[w1 + 7], wf[w1 + 8]
                         for q in range(run):
@@ -178,7 +178,7 @@ def _wgrad_pair(gf, pf, df, g0, p0, run, nfull, wa, cw, rw, dw):  # type: ignore
     wide output gradient ``gf``) with one input channel's stacked planes (from ``p0`` of
     ``pf``) over ``run`` elements, added to their weight gradients at ``wa`` and ``wa + cw``
     of ``df``; rows ``rw`` and columns ``dw`` apart (dilated). ``_wgrad``'s, called at its
-    address (a fifth of ``_wgrad``'s compile time)."""
+    address (compiled inside it, ``_wgrad`` took 1.4 CPU s against 0.8)."""
     zero = df.dtype.type(0)
     gb = U(g0)
     gc = gb + U(nfull)
