@@ -1,9 +1,9 @@
 """Compile time of every kernel specialisation a set of workloads triggers, from empty caches.
 
-Runs each workload's first training step (float32) with ``NUMBA_CACHE_DIR`` set to a fresh
-temporary folder, so every kernel compiles, and records numba's compile events: a kernel's own
-time (the compiles it triggers of the kernels it calls are counted for those), in the
-compiling thread's CPU seconds (``time.thread_time``): on a shared machine wall time counts the
+Runs each workload's first training step (float32) with ``NUMBA_CACHE_DIR`` and
+``TAPEGRAD_CACHE_DIR`` set to a fresh temporary folder, so every kernel compiles, and records
+numba's compile events: a kernel's own time (the compiles it triggers of the kernels it calls
+are counted for those), in the compiling thread's CPU seconds (``time.thread_time``): on a shared machine wall time counts the
 other processes' work too (a kernel took 3-6x its CPU time in wall time on the 2-core machine
 under a load of 7-10). Prints a table, slowest first, with the optimised LLVM IR's instruction
 count, a measure ``tests/test_compile_budget.py`` holds to a budget.
@@ -217,10 +217,12 @@ def main() -> None:
     ap.add_argument("--blocked", action="store_true", help="the generated conv kernels only")
     ap.add_argument("--top", type=int, default=1000, help="rows to print")
     ap.add_argument("--keep-cache", action="store_true",
-                    help="use NUMBA_CACHE_DIR as set (default: a fresh empty folder)")
+                    help="use the cache folders as set (default: a fresh empty folder)")
     a = ap.parse_args()
     if not (a.keep_cache and os.environ.get("NUMBA_CACHE_DIR")):  # read when kernels load
-        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="tapegrad-compile-times-")
+        # both: TAPEGRAD_CACHE_DIR, when set, comes first (runtime.user_cache_base)
+        fresh = tempfile.mkdtemp(prefix="tapegrad-compile-times-")
+        os.environ["NUMBA_CACHE_DIR"] = os.environ["TAPEGRAD_CACHE_DIR"] = fresh
     os.environ.setdefault("TAPEGRAD_KERNELS", "numba")
     os.environ.setdefault("TAPEGRAD_COMPILE", "wait")  # compile here, where the events are
     rec = Recorder()

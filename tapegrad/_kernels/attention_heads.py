@@ -33,6 +33,7 @@ from .._backend import np
 from . import jit, numba
 from .chunks import bounds, num_threads
 from .softmax import fexp
+from .twins import call_at, entry
 
 U = np.uint64
 MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/design.md)
@@ -195,43 +196,74 @@ def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1):  # type: ignore[no-
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n):  # type: ignore[no-untyped-def]
+def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fp):  # type: ignore[no-untyped-def]
+    """``_fwd_blocks`` in chunks of blocks, one per thread, each a call of its compiled code at
+    ``fp`` (``twins.entry``): a call by name would link its IR into this twin and
+    optimise it again (1.5 CPU s to compile, ``_bwd_par`` 2.9)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1)
+        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1))
 
 
 @jit(fastmath={"contract"})
-def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1):  # type: ignore[no-untyped-def]
+def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
+    """One block's q, k and v gradients in ``dxf`` from its score gradients ``sb`` and
+    probabilities ``pb`` (rows of sp): dq_i = ds_i K, dk_j = sum_i ds_ij q_i, dv_j = sum_i p_ij
+    g_i, a weighted sum of rows each (one copy of its code: each copy inlined was compile time)."""
+    sp = (n_l + 7) // 8 * 8
+    kd = row // 3
+    one = xf.dtype.type(1)
+    for t in range(3 * n_l):
+        if t < n_l:  # dq_t
+            w, po, ps, rows, to, st, oo = sb, t * sp, 1, xf, base + kd, row, base + t * row
+        else:  # dk_j, then dv_j
+            j, v = divmod(t - n_l, 2)
+            w, po, ps, rows = pb if v else sb, j, sp, gf if v else xf
+            to, st, oo = gbase if v else base, grow if v else row, base + j * row + kd + v * kd
+        _lanes_mv(w, po, ps, n_l, rows, to, st, d, dxf, oo, one)
+
+
+@jit(fastmath={"contract"})
+def _bwd_scores(xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
+    """One block's keys and values into ``kt`` and ``vt`` (transposed), its scores q_i K^T
+    into the rows of ``pb`` and dp = g_i V^T into those of ``sb`` (rows of sp)."""
+    sp = (n_l + 7) // 8 * 8
+    kd = row // 3
+    _load(xf, base, row, kd, n_l, d, sp, kt, vt)
+    for t in range(2 * n_l):
+        i, v = divmod(t, 2)
+        _lanes_vm(gf if v else xf, gbase + i * grow if v else base + i * row, vt if v else kt, 0,
+                  sp, d, sb if v else pb, i * sp)
+
+
+@jit(fastmath={"contract"})
+def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs):  # type: ignore[no-untyped-def]
     """Blocks r0 to r1 of the packed gradient ``dxf`` (B, L, 3, H, D), given the output
-    gradient ``gf`` and output ``of`` (B, L, H, D); ``dmf`` (B, H, L, L) or None."""
+    gradient ``gf`` and output ``of`` (B, L, H, D); ``dmf`` (B, H, L, L) or None. A block's
+    products run in ``_bwd_scores`` and ``_bwd_sums``, their compiled code at ``fq`` and ``fs``
+    (``twins.entry``): compiled into this kernel, the three took 2.5 CPU s."""
     sp = (n_l + 7) // 8 * 8
     dt = xf.dtype
-    one = dt.type(1)
     kt = np.zeros(d * sp, dt)
     vt = np.zeros(d * sp, dt)
     pb = np.zeros(n_l * sp, dt)  # the block's probabilities, a row of sp per query
     sb = np.zeros(n_l * sp, dt)  # and its scores' gradients
     row = 3 * n_h * d
-    kd = n_h * d
     grow = n_h * d  # from one token's output (gradient) row to the next's
     for bh in range(r0, r1):
         b = bh // n_h
         h = bh - b * n_h
         base = b * n_l * row + h * d
         gbase = b * n_l * grow + h * d
-        _load(xf, base, row, kd, n_l, d, sp, kt, vt)
+        call_at(fq, (xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d))
         for i in range(n_l):
-            qo = base + i * row
             go = gbase + i * grow
             p = pb[i * sp : (i + 1) * sp]
             ds = sb[i * sp : (i + 1) * sp]
-            _lanes_vm(xf, qo, kt, 0, sp, d, p, 0)
             mb = 0 if mf is None else b * ms[0] + h * ms[1] + i * ms[2]
             inv = _softmax(p, n_l, mf, ms, mb, scale)
             ci = _lanes_dot(gf, go, of, go, d)
-            _lanes_vm(gf, go, vt, 0, sp, d, ds, 0)  # dp = g_i V^T
             mo = ((b * n_h + h) * n_l + i) * n_l
             for j in range(n_l):
                 pj = p[j] * inv
@@ -240,19 +272,17 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1):  # ty
                 if dmf is not None:
                     dmf[mo + j] = e
                 ds[j] = e * scale
-            _lanes_mv(ds, 0, 1, n_l, xf, base + kd, row, d, dxf, qo, one)  # dq_i = ds_i K
-        for j in range(n_l):  # dk_j = sum_i ds_ij q_i, dv_j = sum_i p_ij g_i
-            kj = base + j * row + kd
-            _lanes_mv(sb, j, sp, n_l, xf, base, row, d, dxf, kj, one)
-            _lanes_mv(pb, j, sp, n_l, gf, gbase, grow, d, dxf, kj + kd, one)
+        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n):  # type: ignore[no-untyped-def]
+def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fq, fs, fp):  # type: ignore[no-untyped-def]
+    """``_bwd_blocks`` in chunks of blocks, through its compiled code at ``fp`` (as
+    ``_fwd_par``)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1)
+        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs))
 
 
 _lock = threading.Lock()
@@ -317,10 +347,25 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     par = _parallel(x)
     with _slp(("fwd", x.dtype.char, mf is None, par)):
         if par:
-            _fwd_par(*args, n_b * n_h)
+            _fwd_par(*args, n_b * n_h, entry(_fwd_blocks, *args, 0, 0))
         else:
             _fwd_blocks(*args, 0, n_b * n_h)
     return out.transpose(0, 2, 1, 3)
+
+
+_PARTS: dict[str, tuple[int, int]] = {}
+
+
+def _parts(dt: Any) -> tuple[int, int]:
+    """The addresses of ``_bwd_scores``' and ``_bwd_sums``' compiled code for dtype ``dt``
+    (``twins.entry``, by calls over no rows), kept by dtype: their arguments are flat arrays of
+    the input's dtype and int64s."""
+    fps = _PARTS.get(dt.char)
+    if fps is None:
+        z = np.zeros(0, dt)
+        fps = _PARTS[dt.char] = (entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0),
+                                 entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0))
+    return fps
 
 
 def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> Any:
@@ -338,10 +383,11 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
             dx.reshape(-1), dm)
     par = _parallel(x)
     with _slp(("bwd", x.dtype.char, mf is None, dm is None, par)):
+        fqs = _parts(x.dtype)
         if par:
-            _bwd_par(*args, n_b * n_h)
+            _bwd_par(*args, n_b * n_h, *fqs, entry(_bwd_blocks, *args, 0, 0, *fqs))
         else:
-            _bwd_blocks(*args, 0, n_b * n_h)
+            _bwd_blocks(*args, 0, n_b * n_h, *fqs)
     return dx
 
 

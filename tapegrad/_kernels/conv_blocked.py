@@ -56,13 +56,13 @@ from typing import Any
 
 from llvmlite import ir as llir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 from .._backend import np
 from . import NotReady, cache_dir, jit, numba
 from .conv_gemm import _nhwc, padded_hw
 from .runtime import mode
+from .twins import call_at  # noqa: F401 - the generated twins import it from here
 
 U = np.uint64
 
@@ -292,29 +292,6 @@ def block_add(typingctx: Any, arr: Any, at: Any, step: Any, acc: Any) -> Any:
             row = builder.extract_value(args[3], i)
             _vstore(context, builder, builder.fadd(_vload(context, builder, row.type, q, dt), row),
                     q, dt)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def call_at(typingctx: Any, fp: Any, args: Any) -> Any:
-    """``f(*args)`` of the compiled kernel whose native entry point is at address ``fp``
-    (numba's calling convention, no result): a twin runs its serial kernel's machine code,
-    where a call by name would link the serial kernel's IR into it and optimise it again."""
-    if not (isinstance(fp, types.Integer) and isinstance(args, (types.Tuple, types.UniTuple))
-            and all(isinstance(a, types.Array) or a == types.int64 for a in args.types)):
-        return None  # the serial kernels take arrays (one data model, any layout) and int64s
-    sig = types.none(fp, args)
-
-    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        argtys = list(sig.args[1].types)
-        vals = cgutils.unpack_tuple(builder, llargs[1], len(argtys))
-        cc = context.call_conv
-        f = builder.inttoptr(llargs[0], cc.get_function_type(types.none, argtys).as_pointer())
-        status, _ = cc.call_function(builder, f, types.none, argtys, vals)
-        with cgutils.if_unlikely(builder, status.is_error):
-            cc.return_status_propagate(builder, status)
         return context.get_dummy_value()
 
     return sig, codegen
