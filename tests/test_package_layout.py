@@ -23,8 +23,6 @@ OVER_BUDGET = {
                                        "intrinsics they call; the intrinsics are the next split"),
     "_compile.py": (742, "capture, comparison and code generation of one program; the code "
                          "generator is the next split"),
-    "_methods.py": (662, "Tensor's one binding table (numpy's and PyTorch's method surfaces); "
-                         "split by surface next"),
     "ops/_numpy_extra.py": (833, "numpy's long tail and the names numpy and PyTorch share with "
                                  "two meanings; split by family with ops' reorganisation"),
     "ops/_shape.py": (813, "shape ops; split by family with ops' reorganisation"),
