@@ -10,6 +10,7 @@ from .. import _backend as B
 from .._backend import np
 from .._tensor import TAPE_LOOP, Tensor, _wrap
 from ..ops import _elementwise as E
+from ..ops import _indexing as IX
 from ..ops import _linalg as L
 from ..ops import _numpy_extra as NX
 from ..ops import _reduce as R
@@ -54,9 +55,9 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
     """In-place assignment. On a recording tape it is recorded functionally: the tensor becomes
     the output of an index-put, and ops that saved its old value notice (version counter)."""
     v = value._data if isinstance(value, Tensor) else value
-    nidx = S._norm_index(idx)
-    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and S._layouts_differ(nidx, self.ndim):
-        raise IndexError(S._LAYOUT_MESSAGE.format(idx=S._show(nidx), shape=self.shape))
+    nidx = IX._norm_index(idx)
+    if type(nidx) is tuple and len(nidx) > 2 and np.ndim(v) > 0 and IX._layouts_differ(nidx, self.ndim):
+        raise IndexError(IX._LAYOUT_MESSAGE.format(idx=IX._show(nidx), shape=self.shape))
     recording = _tape.is_grad_enabled() and (
         any(tp._recording for tp in self._tapes)
         or (isinstance(value, Tensor) and any(tp._recording for tp in value._tapes))
@@ -65,7 +66,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
         if any(tp._recording and self._tid in tp._leaves for tp in self._tapes):
             # as PyTorch: the source itself would change, so its gradient would be the new value's
             raise TypeError(
-                f"setitem: writing into x[{S._show(nidx)}] (shape {self.shape}), a tensor a "
+                f"setitem: writing into x[{IX._show(nidx)}] (shape {self.shape}), a tensor a "
                 "recording tape watches as a source of gradients; write into a copy "
                 "(y = x * 1.0; y[...] = v) or build the result with tg.where"
             )
@@ -78,7 +79,7 @@ def _setitem(self: Tensor, idx: Any, value: Any) -> None:
             self._data[nidx] = v
         except (ValueError, IndexError) as e:
             raise type(e)(
-                f"setitem: {e} (tensor shape {self.shape}, index {S._show(nidx)})"
+                f"setitem: {e} (tensor shape {self.shape}, index {IX._show(nidx)})"
             ) from None
     self._version += 1
 
@@ -112,7 +113,7 @@ def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
     keep = E.where(_wrap(mask), 0.0, x)
     vb = S.broadcast_to(v.astype(x.dtype), mask[idx].shape)
     return keep + _tape.apply(
-        S._index_grad, vb, idx=idx, shape=x.shape, advanced=S._is_advanced(idx)
+        IX._index_grad, vb, idx=idx, shape=x.shape, advanced=IX._is_advanced(idx)
     )
 
 
@@ -253,7 +254,7 @@ def core() -> dict[str, Any]:
         "__le__": E.less_equal,
         "__gt__": E.greater,
         "__ge__": E.greater_equal,
-        "__getitem__": S.getitem,
+        "__getitem__": IX.getitem,
         "__setitem__": _setitem,
         "__format__": _format,
     }
@@ -272,8 +273,9 @@ def core() -> dict[str, Any]:
         (
             S,
             "reshape flatten squeeze expand_dims permute_dims swapaxes moveaxis broadcast_to "
-            "astype flip roll tril triu tile take take_along_axis chunk",
+            "astype flip roll tril triu tile chunk",
         ),
+        (IX, "take take_along_axis"),
         (NX, "ravel"),
         (L, "matmul"),
         (SM, "softmax log_softmax"),

@@ -11,6 +11,7 @@ from .. import _autodiff as _tape
 from .._backend import np
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
+from ..ops import _indexing as IX
 from ..ops import _numpy_extra as NX
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -209,8 +210,8 @@ def torch_names() -> dict[str, Any]:
         "index_select": TN.index_select,
         "masked_fill": TN.masked_fill,
         "topk": TN.topk,
-        "index_add": TN.with_dim(S.index_add),
-        "scatter_add": TN.with_dim(S.scatter_add),
+        "index_add": TN.with_dim(IX.index_add),
+        "scatter_add": TN.with_dim(IX.scatter_add),
         "numel": lambda self: self._data.size,
         "dim": lambda self: self._data.ndim,
     }
@@ -270,7 +271,7 @@ def _unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
     count = (n - size) // step + 1
     idx = np.arange(count)[:, None] * step + np.arange(size)[None, :]  # (count, size)
     x = self if self.ndim else S.reshape(self, (1,))
-    return S.moveaxis(S.take(x, idx, axis=ax), ax + 1, -1)
+    return S.moveaxis(IX.take(x, idx, axis=ax), ax + 1, -1)
 
 
 def torch_more() -> dict[str, Any]:

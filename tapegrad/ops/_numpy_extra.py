@@ -15,6 +15,7 @@ from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from . import _elementwise as E
+from . import _indexing as IX
 from . import _linalg as L
 from . import _reduce as R
 from . import _shape as S
@@ -451,7 +452,7 @@ def sort(x: Any, *args: Any, axis: Any = _UNSAID, kind: Any = None, order: Any =
         if key.dtype.kind == "b":
             key = key.astype(np.int8)
         idx = np.argsort(key, axis=ax, kind="stable").astype(np.int64)
-        return ValuesIndices(S.take_along_axis(x, _wrap(idx), ax), _wrap(idx))
+        return ValuesIndices(IX.take_along_axis(x, _wrap(idx), ax), _wrap(idx))
     if axis is _UNSAID:
         raise TypeError(
             "sort: tg.sort(x) could mean numpy's sort (the sorted tensor) or PyTorch's (a (values, "
@@ -464,7 +465,7 @@ def sort(x: Any, *args: Any, axis: Any = _UNSAID, kind: Any = None, order: Any =
         x, axis = ravel(x), 0
     ax = check_axis(axis, x.ndim, "sort")
     idx = np.argsort(x._data, axis=ax, kind="stable")
-    return S.take_along_axis(x, _wrap(idx), ax)
+    return IX.take_along_axis(x, _wrap(idx), ax)
 
 
 def partition(x: Any, kth: Any, axis: int | None = -1) -> Tensor:
@@ -474,7 +475,7 @@ def partition(x: Any, kth: Any, axis: int | None = -1) -> Tensor:
         x, axis = ravel(x), 0
     ax = check_axis(axis, x.ndim, "partition")
     idx = np.argpartition(x._data, kth, axis=ax)
-    return S.take_along_axis(x, _wrap(idx), ax)
+    return IX.take_along_axis(x, _wrap(idx), ax)
 
 
 def argsort(x: Any, axis: int | None = -1) -> Tensor:

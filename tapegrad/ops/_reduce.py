@@ -10,6 +10,8 @@ from .._backend import np, xp_of
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from ._common import as_tensor, check_axis, normalize_axis
+from ._indexing import take_along_axis
+from ._shape import reshape, squeeze
 
 
 def _kept(axes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -181,7 +183,6 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
 
             return getattr(E, pairwise)(x, args[0])
         if dim is not None:
-            from ._shape import squeeze, take_along_axis  # noqa: PLC0415
             from ._torch_names import ValuesIndices  # noqa: PLC0415 # cycle: _torch_names imports this module
 
             x = as_tensor(x)
@@ -299,7 +300,6 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     '1000.6931'
     """
     from ._elementwise import exp, log  # noqa: PLC0415
-    from ._shape import reshape  # noqa: PLC0415
 
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "logsumexp")
@@ -375,8 +375,6 @@ _cumprod = defprim("cumprod", lambda x, axis: np.cumprod(x, axis=axis), _cumprod
 
 
 def _cumulative(prim: Any, x: Any, axis: int | None, name: str) -> Tensor:
-    from ._shape import reshape  # noqa: PLC0415
-
     x = as_tensor(x)
     if x.dtype.kind in "bi":
         x = x.astype(np.int64)
