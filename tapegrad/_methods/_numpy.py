@@ -12,7 +12,7 @@ from .._tensor import TAPE_LOOP, Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _indexing as IX
 from ..ops import _linalg as L
-from ..ops import _numpy_extra as NX
+from ..ops import _numpy_shape as NS
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops import _softmax as SM
@@ -276,7 +276,7 @@ def core() -> dict[str, Any]:
             "astype flip roll tril triu tile chunk",
         ),
         (IX, "take take_along_axis"),
-        (NX, "ravel"),
+        (NS, "ravel"),
         (L, "matmul"),
         (SM, "softmax log_softmax"),
     ):

@@ -12,7 +12,9 @@ from .._backend import np
 from .._tensor import Tensor, _wrap
 from ..ops import _elementwise as E
 from ..ops import _indexing as IX
+from ..ops import _numpy_elementwise as NE
 from ..ops import _numpy_extra as NX
+from ..ops import _numpy_shape as NS
 from ..ops import _reduce as R
 from ..ops import _shape as S
 from ..ops import _torch_names as TN
@@ -200,7 +202,7 @@ def torch_names() -> dict[str, Any]:
         "gt": TN.gt,
         "ge": TN.ge,
         "narrow": TN.narrow,
-        "select": lambda self, dim, index: NX.select(self, dim=dim, index=index),
+        "select": lambda self, dim, index: NS.select(self, dim=dim, index=index),
         "view_as": lambda self, other: S.reshape(self, other.shape),
         "contiguous": lambda self: self,  # arrays here are always usable as they are
         "type": _type,
@@ -276,15 +278,15 @@ def _unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
 
 def torch_more() -> dict[str, Any]:
     methods: dict[str, Any] = {
-        "acos": NX.arccos,
-        "asin": NX.arcsin,
-        "atan": NX.arctan,
-        "acosh": NX.arccosh,
-        "asinh": NX.arcsinh,
-        "atanh": NX.arctanh,
-        "cosh": NX.cosh,
-        "sinh": NX.sinh,
-        "exp2": NX.exp2,
+        "acos": NE.arccos,
+        "asin": NE.arcsin,
+        "atan": NE.arctan,
+        "acosh": NE.arccosh,
+        "asinh": NE.arcsinh,
+        "atanh": NE.arctanh,
+        "cosh": NE.cosh,
+        "sinh": NE.sinh,
+        "exp2": NE.exp2,
         "neg": E.neg,
         "negative": E.neg,
         "fmod": E.fmod,

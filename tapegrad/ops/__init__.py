@@ -77,9 +77,8 @@ from ._linalg import (
     outer,
     tensordot,
 )
-from ._numpy_extra import (
+from ._numpy_elementwise import (
     angle,
-    append,
     arccos,
     arccosh,
     arcsin,
@@ -87,6 +86,50 @@ from ._numpy_extra import (
     arctan,
     arctan2,
     arctanh,
+    conj,
+    conjugate,
+    cosh,
+    deg2rad,
+    degrees,
+    exp2,
+    fabs,
+    fmax,
+    fmin,
+    hypot,
+    imag,
+    logaddexp,
+    logaddexp2,
+    mod,
+    negative,
+    positive,
+    power,
+    rad2deg,
+    radians,
+    real,
+    real_if_close,
+    rint,
+    sinc,
+    sinh,
+)
+from ._numpy_extra import (
+    cross,
+    diag,
+    diagonal,
+    dot,
+    gradient,
+    inner,
+    kron,
+    matrix_trace,
+    median,
+    nanmean,
+    nansum,
+    partition,
+    ptp,
+    sort,
+    vdot,
+)
+from ._numpy_shape import (
+    append,
     array_split,
     array_split_equal,
     atleast_1d,
@@ -94,58 +137,19 @@ from ._numpy_extra import (
     atleast_3d,
     c_,
     column_stack,
-    conj,
-    conjugate,
-    cosh,
-    cross,
-    deg2rad,
-    degrees,
-    diag,
-    diagonal,
     diff,
-    dot,
     dsplit,
     dstack,
-    exp2,
-    fabs,
     fliplr,
     flipud,
-    fmax,
-    fmin,
-    gradient,
     hsplit,
     hstack,
-    hypot,
-    imag,
-    inner,
-    kron,
-    logaddexp,
-    logaddexp2,
-    matrix_trace,
-    median,
-    mod,
-    nanmean,
-    nansum,
-    negative,
-    partition,
-    positive,
-    power,
-    ptp,
     r_,
-    rad2deg,
-    radians,
     ravel,
-    real,
-    real_if_close,
-    rint,
     rollaxis,
     rot90,
     row_stack,
     select,
-    sinc,
-    sinh,
-    sort,
-    vdot,
     vsplit,
     vstack,
 )
@@ -365,12 +369,12 @@ from .. import _autodiff
 from ._fp_warnings import install as _install_quiet_kernels
 from ._fp_warnings import set_fp_warnings
 from ._namespace import TensorNamespace
-from ._numpy_extra import arccos as acos
-from ._numpy_extra import arccosh as acosh
-from ._numpy_extra import arcsin as asin
-from ._numpy_extra import arcsinh as asinh
-from ._numpy_extra import arctan as atan
-from ._numpy_extra import arctanh as atanh
+from ._numpy_elementwise import arccos as acos
+from ._numpy_elementwise import arccosh as acosh
+from ._numpy_elementwise import arcsin as asin
+from ._numpy_elementwise import arcsinh as asinh
+from ._numpy_elementwise import arctan as atan
+from ._numpy_elementwise import arctanh as atanh
 from ._torch_names import (
     DIM_OPS,
     argsort,
