@@ -9,6 +9,7 @@ from .. import _autodiff as _tape
 from .. import _backend as B
 from .._backend import np
 from .._tensor import TAPE_LOOP, Tensor, _wrap
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _indexing as IX
 from ..ops import _linalg as L
@@ -110,7 +111,7 @@ def _index_put(x: Tensor, idx: Any, v: Tensor) -> Tensor:
     # out = x with x[idx] replaced by v: x where the mask is off, plus v scattered
     mask = np.zeros(x.shape, dtype=bool)
     mask[idx] = True
-    keep = E.where(_wrap(mask), 0.0, x)
+    keep = BI.where(_wrap(mask), 0.0, x)
     vb = S.broadcast_to(v.astype(x.dtype), mask[idx].shape)
     return keep + _tape.apply(
         IX._index_grad, vb, idx=idx, shape=x.shape, advanced=IX._is_advanced(idx)
@@ -223,13 +224,13 @@ def core() -> dict[str, Any]:
     """The operators and the ops as methods (numpy's spellings)."""
     out: dict[str, Any] = {}
     binary = {
-        "add": E.add,
-        "sub": E.subtract,
-        "mul": E.multiply,
-        "truediv": E.divide,
-        "floordiv": E.floor_divide,
-        "mod": E.remainder,
-        "pow": E.pow,
+        "add": BI.add,
+        "sub": BI.subtract,
+        "mul": BI.multiply,
+        "truediv": BI.divide,
+        "floordiv": BI.floor_divide,
+        "mod": BI.remainder,
+        "pow": BI.pow,
         "matmul": L.matmul,
     }
     for name, f in binary.items():
@@ -248,12 +249,12 @@ def core() -> dict[str, Any]:
         "__pos__": lambda self: self,
         "__abs__": E.abs,
         "__invert__": _invert,
-        "__eq__": E.equal,
-        "__ne__": E.not_equal,
-        "__lt__": E.less,
-        "__le__": E.less_equal,
-        "__gt__": E.greater,
-        "__ge__": E.greater_equal,
+        "__eq__": BI.equal,
+        "__ne__": BI.not_equal,
+        "__lt__": BI.less,
+        "__le__": BI.less_equal,
+        "__gt__": BI.greater,
+        "__ge__": BI.greater_equal,
         "__getitem__": IX.getitem,
         "__setitem__": _setitem,
         "__format__": _format,
@@ -263,9 +264,10 @@ def core() -> dict[str, Any]:
         (
             E,
             "exp expm1 log log1p log2 log10 sqrt rsqrt square reciprocal sin cos tan tanh "
-            "sigmoid relu erf sign floor ceil round trunc isnan isfinite isinf abs clip pow "
-            "maximum minimum nan_to_num",
+            "sigmoid relu erf sign floor ceil round trunc isnan isfinite isinf abs clip "
+            "nan_to_num",
         ),
+        (BI, "pow maximum minimum"),
         (
             R,
             "sum prod mean amax amin max min logsumexp cumsum cumprod norm all any",

@@ -10,6 +10,7 @@ from typing import Any
 from .. import _autodiff as _tape
 from .._backend import np
 from .._tensor import Tensor, _wrap
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _indexing as IX
 from ..ops import _numpy_elementwise as NE
@@ -224,16 +225,16 @@ def _div(self: Tensor, other: Any, *, rounding_mode: str | None = None) -> Tenso
     """PyTorch's ``div``: true division, or rounded toward zero (``"trunc"``) or down
     (``"floor"``); a rounded quotient has no gradient, as PyTorch's."""
     if rounding_mode is None:
-        return E.div(self, other)
+        return BI.div(self, other)
     if rounding_mode == "floor":
-        return E.floor_divide(self, other)
+        return BI.floor_divide(self, other)
     if rounding_mode != "trunc":
         raise ArgumentError(
             f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
         )
-    q = E.floor_divide(self, other)  # numpy's result dtype for the pair
+    q = BI.floor_divide(self, other)  # numpy's result dtype for the pair
     if q.dtype.kind not in "iu":
-        return E.trunc(E.div(self, other))
+        return E.trunc(BI.div(self, other))
     a_, b_ = (v._data if isinstance(v, Tensor) else np.asarray(v) for v in (self, other))
     return _wrap(np.asarray(np.trunc(np.true_divide(a_, b_)).astype(q.dtype)))
 
@@ -289,9 +290,9 @@ def torch_more() -> dict[str, Any]:
         "exp2": NE.exp2,
         "neg": E.neg,
         "negative": E.neg,
-        "fmod": E.fmod,
-        "mul": E.multiply,
-        "multiply": E.multiply,
+        "fmod": BI.fmod,
+        "mul": BI.multiply,
+        "multiply": BI.multiply,
         "div": _div,
         "divide": _div,
         "lerp": TN.lerp,
@@ -307,7 +308,7 @@ def torch_more() -> dict[str, Any]:
         "expand": _expand,
         "half": lambda self: S.astype(self, np.float16),
         "cpu": lambda self: _to(self, "cpu"),
-        "where": lambda self, condition, other: E.where(condition, self, other),
+        "where": lambda self, condition, other: BI.where(condition, self, other),
         "sort": TN.sort,
         "view": _view,
         "unfold": _unfold,

@@ -13,6 +13,7 @@ from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor
+from . import _binary as BI
 from . import _elementwise as E
 from ._common import as_tensor, operands
 from ._elementwise import _floatin, _unary
@@ -95,13 +96,13 @@ def fmax(x: Any, y: Any) -> Tensor:
     """Elementwise maximum that ignores NaN (NaN only where both are); the gradient goes to
     ``x`` where ``x >= y`` or ``y`` is NaN (as torch.fmax)."""
     x, y = operands(as_tensor(x), as_tensor(y))
-    return E.where((x >= y) | E.isnan(y), x, y)
+    return BI.where((x >= y) | E.isnan(y), x, y)
 
 
 def fmin(x: Any, y: Any) -> Tensor:
     """Elementwise minimum that ignores NaN (as torch.fmin)."""
     x, y = operands(as_tensor(x), as_tensor(y))
-    return E.where((x <= y) | E.isnan(y), x, y)
+    return BI.where((x <= y) | E.isnan(y), x, y)
 
 
 def fabs(x: Any) -> Tensor:
@@ -124,8 +125,8 @@ def sinc(x: Any) -> Tensor:
     """
     x = _f(x)
     zero = x == 0
-    px = E.where(zero, 1.0, x) * math.pi
-    return E.where(zero, 1.0, E.sin(px) / px)
+    px = BI.where(zero, 1.0, x) * math.pi
+    return BI.where(zero, 1.0, E.sin(px) / px)
 
 
 def deg2rad(x: Any) -> Tensor:
@@ -197,7 +198,7 @@ def negative(x: Any) -> Tensor:
 
 def power(x: Any, y: Any) -> Tensor:
     """numpy's ``power``: ``x ** y`` (``pow``)."""
-    return E.pow(x, y)
+    return BI.pow(x, y)
 
 
 def rint(x: Any) -> Tensor:
@@ -207,9 +208,9 @@ def rint(x: Any) -> Tensor:
 
 def arctan2(y: Any, x: Any) -> Tensor:
     """numpy's ``arctan2(y, x)`` (``atan2``): the angle of the point (x, y)."""
-    return E.atan2(y, x)
+    return BI.atan2(y, x)
 
 
 def mod(x: Any, y: Any) -> Tensor:
     """numpy's ``mod``: ``x mod y`` with the sign of ``y`` (``remainder``, Python's ``%``)."""
-    return E.remainder(x, y)
+    return BI.remainder(x, y)

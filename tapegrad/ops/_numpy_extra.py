@@ -8,6 +8,7 @@ from typing import Any
 
 from .._backend import np
 from .._tensor import Tensor, _wrap
+from . import _binary as BI
 from . import _elementwise as E
 from . import _indexing as IX
 from . import _linalg as L
@@ -102,7 +103,7 @@ def dot(x: Any, y: Any) -> Tensor:
     """
     x, y = as_tensor(x), as_tensor(y)
     if x.ndim == 0 or y.ndim == 0:
-        return E.multiply(x, y)
+        return BI.multiply(x, y)
     if x.ndim <= 2 and y.ndim <= 2:
         return L.matmul(x, y)
     return L.tensordot(x, y, axes=([-1], [-2 if y.ndim >= 2 else 0]))
@@ -112,13 +113,13 @@ def inner(x: Any, y: Any) -> Tensor:
     """Sum over the last axes of ``x`` and ``y`` (a product for scalars)."""
     x, y = as_tensor(x), as_tensor(y)
     if x.ndim == 0 or y.ndim == 0:
-        return E.multiply(x, y)
+        return BI.multiply(x, y)
     return L.tensordot(x, y, axes=([-1], [-1]))
 
 
 def vdot(x: Any, y: Any) -> Tensor:
     """The dot product of the flattened inputs."""
-    return R.sum(E.multiply(ravel(x), ravel(y)))
+    return R.sum(BI.multiply(ravel(x), ravel(y)))
 
 
 def kron(x: Any, y: Any) -> Tensor:
@@ -273,7 +274,7 @@ def nansum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     3.0
     """
     x = as_tensor(x)
-    return R.sum(E.where(E.isnan(x), 0.0, x), axis, keepdims)
+    return R.sum(BI.where(E.isnan(x), 0.0, x), axis, keepdims)
 
 
 def nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -285,8 +286,8 @@ def nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """
     x = as_tensor(x)
     count = R.sum(S.astype(E.logical_not(E.isnan(x)), x.dtype), axis, keepdims)
-    none = E.equal(count, 0)  # all NaN: NaN, without 0/0's warning
-    return E.where(none, float("nan"), nansum(x, axis, keepdims) / E.where(none, 1.0, count))
+    none = BI.equal(count, 0)  # all NaN: NaN, without 0/0's warning
+    return BI.where(none, float("nan"), nansum(x, axis, keepdims) / BI.where(none, 1.0, count))
 
 
 def ptp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:

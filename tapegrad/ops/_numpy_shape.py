@@ -7,7 +7,7 @@ from typing import Any
 
 from .._backend import np
 from .._tensor import Tensor, _wrap
-from . import _elementwise as E
+from . import _binary as BI
 from . import _shape as S
 from ._common import as_tensor, check_axis
 
@@ -257,7 +257,7 @@ def select(
         )
     out: Any = default
     for c, v in zip(reversed(condlist), reversed(choicelist), strict=True):
-        out = E.where(c, v, out)
+        out = BI.where(c, v, out)
     return as_tensor(out)
 
 

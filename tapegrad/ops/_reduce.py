@@ -9,7 +9,11 @@ from .._autodiff import OUT, apply, defprim, nondiff
 from .._backend import np, xp_of
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
+from . import _binary as BI
+from ._binary import where
 from ._common import as_tensor, check_axis, normalize_axis
+from ._elementwise import abs as _abs
+from ._elementwise import exp, log, sqrt
 from ._indexing import take_along_axis
 from ._shape import reshape, squeeze
 
@@ -179,9 +183,7 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
             if len(args) != 1 or axis is not None or dim is not None:
                 raise TypeError(f"{name}: takes one other tensor, or axis= (numpy) or dim= "
                                 f"(PyTorch), got {args!r}")  # fmt: skip
-            from . import _elementwise as E  # noqa: PLC0415
-
-            return getattr(E, pairwise)(x, args[0])
+            return getattr(BI, pairwise)(x, args[0])
         if dim is not None:
             from ._torch_names import ValuesIndices  # noqa: PLC0415 # cycle: _torch_names imports this module
 
@@ -285,7 +287,6 @@ def std(
     >>> tg.std(tg.tensor([[1.0, 3.0]]), ddof=1, dim=1).tolist()
     [1.4142135381698608]
     """
-    from ._elementwise import sqrt, where  # noqa: PLC0415
 
     v = var(x, axis, keepdims, correction, ddof=ddof, dim=dim, keepdim=keepdim)
     pos = _wrap(v._data > 0)  # a constant mask: sqrt's derivative at 0 is infinite
@@ -299,7 +300,6 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     >>> f"{tg.logsumexp(tg.tensor([1000.0, 1000.0], dtype=tg.float64)).item():.4f}"
     '1000.6931'
     """
-    from ._elementwise import exp, log  # noqa: PLC0415
 
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "logsumexp")
@@ -417,8 +417,6 @@ def norm(
     >>> tg.norm(tg.tensor([3.0, 4.0])).item(), tg.ones((2, 4)).norm(p=1, dim=1).tolist()
     (5.0, [4.0, 4.0])
     """
-    from ._elementwise import abs as _abs  # noqa: PLC0415
-    from ._elementwise import sqrt, where  # noqa: PLC0415
 
     if p is not None:
         if ord is not None:

@@ -16,7 +16,7 @@ from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
-from . import _elementwise as E
+from . import _binary as BI
 from . import _indexing as IX
 from . import _linalg as L
 from . import _reduce as R
@@ -130,7 +130,7 @@ def narrow(x: Any, dim: int, start: int, length: int) -> Tensor:
     return x[(slice(None),) * ax + (slice(s, s + length),)]
 
 
-eq, ne, lt, le, gt, ge = E.equal, E.not_equal, E.less, E.less_equal, E.greater, E.greater_equal
+eq, ne, lt, le, gt, ge = BI.equal, BI.not_equal, BI.less, BI.less_equal, BI.greater, BI.greater_equal
 
 # public ops whose axis / keepdims PyTorch spells dim / keepdim
 DIM_OPS = (
@@ -218,7 +218,7 @@ def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
         if value.ndim != 0:
             raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got {value.shape}")
         value = value.astype(x.dtype)
-    return E.where(as_tensor(m), value, x).astype(x.dtype)
+    return BI.where(as_tensor(m), value, x).astype(x.dtype)
 
 
 def topk(input: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
