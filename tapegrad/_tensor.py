@@ -1,7 +1,7 @@
 """The Tensor: an array plus the tapes it is on.
 
 A Tensor is a thin handle over a numpy (or CuPy) array. Its operator methods are bound in
-``_methods.py`` once the ops exist. A tensor is on a tape when the tape watches it or when an
+``_methods/`` once the ops exist. A tensor is on a tape when the tape watches it or when an
 op recorded on that tape produced it; ``_tapes`` lists those tapes and ``_tid`` is the tensor's
 identity on them (unique for the life of the process, unlike ``id()``).
 """
@@ -24,7 +24,7 @@ TAPE_LOOP = """    with tg.Tape() as tape:
         loss = loss_fn(model(x), y)
     grads = tape.gradient(loss, model)   # or: grads = loss.backward()
     opt.step(grads)                      # grads[p] is p's gradient"""
-_Method = Callable[..., "Tensor"]  # a method bound in _methods.py (for type checkers)
+_Method = Callable[..., "Tensor"]  # a method bound in _methods/ (for type checkers)
 
 
 class Tensor:
@@ -161,7 +161,7 @@ class Tensor:
 
     __hash__ = object.__hash__  # identity, like PyTorch: tensors key dicts by object
 
-    if TYPE_CHECKING:  # bound in _methods.py once the ops exist; declared for type checkers
+    if TYPE_CHECKING:  # bound in _methods/ once the ops exist; declared for type checkers
         T: Tensor
         mT: Tensor
         size: Any  # an int, callable as PyTorch's size(dim)

@@ -428,7 +428,7 @@ ELSEWHERE = {
 # per-arity primitives are named concat, concat3, ... and einsum, einsum1, einsum3, ...
 ARITY_FAMILIES = ("concat", "einsum", "checkpoint")
 
-# --- numpy's extra functions (tapegrad/ops/_numpy_extra.py, _linalg_decomp.py) ---------------
+# --- numpy's extra functions (tapegrad/ops/_numpy_*.py, _linalg_decomp.py) ------------------
 add(
     row("sinh", "sinh", tg.sinh, torch.sinh, (B, R)),
     row("cosh", "cosh", tg.cosh, torch.cosh, (B, R)),

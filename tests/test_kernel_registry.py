@@ -26,6 +26,7 @@ from tapegrad.nn import _f_pool as P
 from tapegrad.ops import _attention as A
 from tapegrad.ops import _conv as CV
 from tapegrad.ops import _elementwise as E
+from tapegrad.ops import _indexing as IX
 from tapegrad.ops import _linear as LIN
 from tapegrad.ops import _loss as OL
 from tapegrad.ops import _norm as N
@@ -217,10 +218,10 @@ CASES = {
     "erf": (False, lambda dt: (_special.erf, (_r(63, (64, 64), dt),))),
     "erf_grad": (False, lambda dt: (
         E._erf_grad, (ARRAYS, _r(64, (128, 64), dt), _r(65, (128, 64), dt)))),
-    "getitem_rows": (True, lambda dt: (SH._getitem_np, (
+    "getitem_rows": (True, lambda dt: (IX._getitem_np, (
         _r(66, (6, 50, 4), dt), (slice(None), np.array([[3, -1], [49, 0], [7, 7]])), True,
         (6, 50, 4)))),
-    "index_grad_rows": (True, lambda dt: (SH._scatter_fwd, (
+    "index_grad_rows": (True, lambda dt: (IX._scatter_fwd, (
         _r(67, (6, 40, 4), dt), (slice(None), np.random.default_rng(68).integers(-9, 9, 40)),
         (6, 9, 4), True))),
     "take_rows": (True, lambda dt: (C._take_fwd, (

@@ -23,7 +23,7 @@ def apply(prim: Primitive, *inputs: Any, **params: Any) -> Tensor:
     """Run ``prim`` on ``inputs`` (Tensors or constants) and record it where needed.
 
     >>> import tapegrad as tg
-    >>> from tapegrad.ops._elementwise import _mul
+    >>> from tapegrad.ops._binary import _mul
     >>> tg.apply(_mul, tg.tensor([1.0, 2.0]), tg.tensor([3.0, 4.0])).tolist()
     [3.0, 8.0]
     """

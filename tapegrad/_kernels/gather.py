@@ -160,7 +160,7 @@ def index_grad_op(g: Any, idx: Any, shape: Any, advanced: bool) -> Any:
     return add_rows(g3, flat, n).reshape(shape)
 
 
-# -- embedding's row gather and its adjoint (nn._f_common's take) ----------------------------
+# -- embedding's row gather and its adjoint (ops/_take.py's take) -----------------------------
 def take_op(x: Any, idx: Any, axis: int, n: int, zero_row: Any, masked: bool) -> Any:
     """``x.take(idx, axis)`` with the arguments of its reference (unmasked)."""
     flat = _rows(idx, n)
@@ -178,5 +178,5 @@ def scatter_add_rows(g2: Any, idx: Any, n: int) -> Any:
 
 
 def scatter_add_rows_op(g2: Any, idx: Any, n: int, presorted: bool) -> Any:
-    """``scatter_add_rows`` with the arguments of its reference (``nn._f_common``)."""
+    """``scatter_add_rows`` with the arguments of its reference (``ops/_take.py``)."""
     return scatter_add_rows(g2, idx, n)

@@ -8,7 +8,7 @@ from one polynomial ``exp``, ``softmax.fexp``; calling libm's ``tanh`` per eleme
 times slower). Forward writes the states and a workspace of what backward reads (the gate
 activations; LSTM also ``c`` and ``tanh(c)``); backward runs the steps in reverse with all
 gate gradients in one pass per step and one GEMM back through ``W_hh``. The weight gradients
-are GEMMs over the whole sequence, done by the caller (``nn/_f_rnn.py``), which also holds the
+are GEMMs over the whole sequence, done by the caller (``ops/_rnn.py``), which also holds the
 numpy references these follow operation for operation. Imported only when numba is selected.
 """
 
@@ -123,7 +123,7 @@ def _lstm_bwd(fn, one, g, ws, c0, w_hh, reverse, dgates, dh0, dc0):  # type: ign
 
 
 def lstm_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._lstm_seq``'s kernel: the states (T + 1, B, H) and the workspace."""
+    """``ops/_rnn._lstm_seq``'s kernel: the states (T + 1, B, H) and the workspace."""
     fn = _gemm(gi.dtype)
     steps, n_b, n_g = gi.shape
     n_h = n_g // 4
@@ -137,7 +137,7 @@ def lstm_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> 
 
 
 def lstm_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._lstm_seq_grad``'s kernel: the gates' gradient (T, B, 4H), dh0, dc0."""
+    """``ops/_rnn._lstm_seq_grad``'s kernel: the gates' gradient (T, B, 4H), dh0, dc0."""
     fn = _gemm(g.dtype)
     steps, n_b, _ = ws.shape
     dgates = np.empty((steps, n_b, w_hh.shape[0]), g.dtype)
@@ -212,7 +212,7 @@ def _gru_bwd(fn, one, g, y, ws, h0, w_hh, reverse, dgi, dgh, dh0):  # type: igno
 
 
 def gru_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._gru_seq``'s kernel: the states (T, B, H) and the workspace."""
+    """``ops/_rnn._gru_seq``'s kernel: the states (T, B, H) and the workspace."""
     fn = _gemm(gi.dtype)
     steps, n_b, n_g = gi.shape
     y = np.empty((steps, n_b, n_g // 3), gi.dtype)
@@ -223,7 +223,7 @@ def gru_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> A
 
 
 def gru_seq_grad(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._gru_seq_grad``'s kernel: the gradients of gi and of the hidden projection
+    """``ops/_rnn._gru_seq_grad``'s kernel: the gradients of gi and of the hidden projection
     (T, B, 3H), and dh0."""
     fn = _gemm(g.dtype)
     steps, n_b, _ = ws.shape
@@ -298,12 +298,12 @@ def _rnn_seq_grad(g: Any, y: Any, h0: Any, w_hh: Any, reverse: bool, relu: bool)
 
 
 def rnn_tanh_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._rnn_tanh_seq``'s kernel: the states (T, B, H), no workspace."""
+    """``ops/_rnn._rnn_tanh_seq``'s kernel: the states (T, B, H), no workspace."""
     return _rnn_seq(gi, h0, w_hh, b_hh, reverse, False)
 
 
 def rnn_relu_seq(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> Any:
-    """``nn/_f_rnn._rnn_relu_seq``'s kernel."""
+    """``ops/_rnn._rnn_relu_seq``'s kernel."""
     return _rnn_seq(gi, h0, w_hh, b_hh, reverse, True)
 
 

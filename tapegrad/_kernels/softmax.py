@@ -423,7 +423,7 @@ def cross_entropy_probs_grads(g: Any, x: Any, t: Any, scale: float, needs: Any) 
     return (gx if needs[0] else None), (gt if needs[1] else None)
 
 
-# entries with the arguments of their references (ops/_softmax.py, nn/_f_loss.py)
+# entries with the arguments of their references (ops/_softmax.py, ops/_loss.py)
 def softmax_last(x: Any, axis: int) -> Any:
     return softmax(x, log=False)
 

@@ -290,7 +290,7 @@ def _conv_strategies() -> None:
         for name in ct.STRATEGIES:
             fits, prefer = ct.predicates(name)
             register(op, name, ct.adapt(fits, p), f"conv_table:{name}_{p}", ct.adapt(prefer, p))
-        tunable(op, reference=True)  # the reference: numpy's im2col + GEMM (nn/_f_conv.py)
+        tunable(op, reference=True)  # the reference: numpy's im2col + GEMM (ops/_conv.py)
 
 
 _conv_strategies()

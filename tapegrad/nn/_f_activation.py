@@ -12,6 +12,7 @@ from typing import Any
 from .._amp import upper
 from .._dtypes import as_dtype
 from .._tensor import Tensor
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _shape as S
 from ..ops import _softmax as SM
@@ -40,7 +41,7 @@ def hardtanh(
     x = float_input(input, "hardtanh")
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
-    return E.where(x <= min_val, min_val, E.where(x >= max_val, max_val, x))
+    return BI.where(x <= min_val, min_val, BI.where(x >= max_val, max_val, x))
 
 
 def relu6(input: Any, inplace: bool = False) -> Tensor:
@@ -128,7 +129,7 @@ def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = float_input(input, "celu")
     if alpha == 0:
         raise ValueError("celu: alpha must be non-zero")
-    return E.where(x > 0, x, E.expm1(E.where(x > 0, 0.0, x) * (1.0 / alpha)) * alpha)
+    return BI.where(x > 0, x, E.expm1(BI.where(x > 0, 0.0, x) * (1.0 / alpha)) * alpha)
 
 
 def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -151,7 +152,7 @@ def prelu(input: Any, weight: Any) -> Tensor:
             w = S.reshape(w, (1, c) + (1,) * (x.ndim - 2))
     else:
         w = S.reshape(w, ())
-    return E.where(x > 0, x, w * x)
+    return BI.where(x > 0, x, w * x)
 
 
 def glu(input: Any, dim: int = -1) -> Tensor:
@@ -217,7 +218,7 @@ def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
     [-1.0, 0.0, 0.75]
     """
     x = float_input(input, "hardshrink")
-    return E.where(E.abs(x) > lambd, x, 0.0)
+    return BI.where(E.abs(x) > lambd, x, 0.0)
 
 
 def softshrink(input: Any, lambd: float = 0.5) -> Tensor:
@@ -231,7 +232,7 @@ def softshrink(input: Any, lambd: float = 0.5) -> Tensor:
     x = float_input(input, "softshrink")
     if lambd < 0:
         raise ValueError(f"softshrink: lambd must be >= 0, got {lambd}")
-    return E.where(x > lambd, x - lambd, E.where(x < -lambd, x + lambd, 0.0))
+    return BI.where(x > lambd, x - lambd, BI.where(x < -lambd, x + lambd, 0.0))
 
 
 def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Tensor:
@@ -243,4 +244,4 @@ def threshold(input: Any, threshold: float, value: float, inplace: bool = False)
     [-1.0, 2.0]
     """
     x = float_input(input, "threshold")
-    return E.where(x > threshold, x, value)
+    return BI.where(x > threshold, x, value)

@@ -9,7 +9,7 @@ from typing import Any
 from .._amp import lower
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
-from ..ops import _elementwise as E
+from ..ops import _binary as BI
 from ..ops import _linalg as L
 from ..ops import _shape as S
 from ..ops import _softmax as SM
@@ -75,7 +75,7 @@ def scaled_dot_product_attention(
     masked = False
     if is_causal:
         causal = np.tril(np.ones((n_l, n_s), dtype=bool))
-        s = E.where(_wrap(xp_of(s._data).asarray(causal)), s, -math.inf)
+        s = BI.where(_wrap(xp_of(s._data).asarray(causal)), s, -math.inf)
         masked = True
     if attn_mask is not None:
         mask = attn_mask if isinstance(attn_mask, Tensor) else _wrap(np.asarray(attn_mask))
@@ -87,7 +87,7 @@ def scaled_dot_product_attention(
                 f"{s.shape} (..., L, S)"
             ) from None
         if mask.dtype.kind == "b":
-            s = E.where(mask, s, -math.inf)
+            s = BI.where(mask, s, -math.inf)
         else:
             s = s + S.astype(mask, s.dtype)
         masked = True

@@ -16,6 +16,7 @@ from .._amp import upper
 from .._autodiff import apply, is_capturing
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -210,8 +211,8 @@ def _ce_operands(
     Only while tg.compile captures (eager computes the same numbers on arrays, faster): the
     reciprocal is taken in float64 and rounded once, as ``reciprocal`` and numpy do."""
     t = S.reshape(target, shape)
-    valid = E.not_equal(t, ignore_index)
-    safe = S.astype(E.where(valid, t, 0), np.int64)
+    valid = BI.not_equal(t, ignore_index)
+    safe = S.astype(BI.where(valid, t, 0), np.int64)
     w = S.astype(valid, dtype)
     if weight is not None:
         wc = float_input(weight, "cross_entropy", "weight")
@@ -219,10 +220,10 @@ def _ce_operands(
     if reduction != "mean":
         return safe, w, None
     total = R.sum(w)
-    empty = E.equal(total, 0)  # every target ignored: NaN, as PyTorch's 0/0
-    inv = 1.0 / S.astype(E.where(empty, 1.0, total), np.float64)
-    w = w * S.astype(E.where(empty, 0.0, inv), dtype)
-    return safe, w, S.astype(E.where(empty, float("nan"), 0.0), dtype)
+    empty = BI.equal(total, 0)  # every target ignored: NaN, as PyTorch's 0/0
+    inv = 1.0 / S.astype(BI.where(empty, 1.0, total), np.float64)
+    w = w * S.astype(BI.where(empty, 0.0, inv), dtype)
+    return safe, w, S.astype(BI.where(empty, float("nan"), 0.0), dtype)
 
 
 def _cross_entropy_probs(
@@ -330,7 +331,7 @@ def binary_cross_entropy(
 def _clamped_log(p: Tensor) -> Tensor:
     """``max(log(p), -100)`` without evaluating log(0)."""
     pos = p > 0
-    return E.where(pos, E.maximum(E.log(E.where(pos, p, 1.0)), -100.0), -100.0)
+    return BI.where(pos, BI.maximum(E.log(BI.where(pos, p, 1.0)), -100.0), -100.0)
 
 
 @upper
@@ -400,6 +401,6 @@ def kl_div(
     else:
         pos = t > 0
         # xlogy: 0 * log(0) is 0, and log never sees a zero
-        loss = E.where(pos, t * E.log(E.where(pos, t, 1.0)), 0.0) - t * x
+        loss = BI.where(pos, t * E.log(BI.where(pos, t, 1.0)), 0.0) - t * x
     batch = x.shape[0] if reduction == "batchmean" and x.ndim else None
     return reduce_loss(loss, reduction, "kl_div", denom=batch, extra=("batchmean",))

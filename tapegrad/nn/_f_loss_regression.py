@@ -10,6 +10,7 @@ from .._amp import upper
 from .._autodiff import apply
 from .._backend import np
 from .._tensor import Tensor, _wrap
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -88,7 +89,7 @@ def l1_loss(
 
 def _huber(d: Tensor, delta: float) -> Tensor:
     a = E.abs(d)
-    return E.where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
+    return BI.where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
 
 
 @upper
@@ -126,7 +127,7 @@ def smooth_l1_loss(
     if beta == 0:
         return reduce_loss(E.abs(d), reduction, "smooth_l1_loss")
     a = E.abs(d)
-    loss = E.where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta)
+    loss = BI.where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta)
     return reduce_loss(loss, reduction, "smooth_l1_loss")
 
 
@@ -168,8 +169,8 @@ def cosine_embedding_loss(
     dot = R.sum(a * b, axis=-1)
     den = E.sqrt((R.sum(a * a, axis=-1) + eps) * (R.sum(b * b, axis=-1) + eps))
     cos = dot / den
-    pos = E.where(y == 1, 1.0 - cos, 0.0)
-    neg = E.where(y == -1, E.clip(cos - margin, min=0.0), 0.0)
+    pos = BI.where(y == 1, 1.0 - cos, 0.0)
+    neg = BI.where(y == -1, E.clip(cos - margin, min=0.0), 0.0)
     return reduce_loss(pos + neg, reduction, "cosine_embedding_loss")
 
 
@@ -211,7 +212,7 @@ def soft_margin_loss(
     x, y = _pair(input, target, "soft_margin_loss")
     z = -y * x
     # log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), stable for large |z|
-    loss = E.maximum(z, 0.0) + E.log1p(E.exp(-E.abs(z)))
+    loss = BI.maximum(z, 0.0) + E.log1p(E.exp(-E.abs(z)))
     return reduce_loss(loss, reduction, "soft_margin_loss")
 
 
@@ -233,8 +234,8 @@ def hinge_embedding_loss(
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, y = _pair(input, target, "hinge_embedding_loss")
-    pos = E.where(y == 1, x, 0.0)
-    neg = E.where(y == -1, E.maximum(margin - x, 0.0), 0.0)
+    pos = BI.where(y == 1, x, 0.0)
+    neg = BI.where(y == -1, BI.maximum(margin - x, 0.0), 0.0)
     return reduce_loss(pos + neg, reduction, "hinge_embedding_loss")
 
 
@@ -263,6 +264,6 @@ def triplet_margin_loss(  # noqa: PLR0917 - PyTorch's positional signature
     d_pos = pairwise_distance(a, positive, p, eps)
     d_neg = pairwise_distance(a, negative, p, eps)
     if swap:
-        d_neg = E.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
-    loss = E.maximum(d_pos - d_neg + margin, 0.0)
+        d_neg = BI.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    loss = BI.maximum(d_pos - d_neg + margin, 0.0)
     return reduce_loss(loss, reduction, "triplet_margin_loss")

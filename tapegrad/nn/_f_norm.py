@@ -12,6 +12,7 @@ from .._amp import upper
 from .._autodiff import apply, no_grad
 from .._backend import np
 from .._tensor import Tensor
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -289,7 +290,7 @@ def vector_norm(x: Tensor, p: float, dim: Any, keepdim: bool) -> Tensor:
         s = R.sum(x * x, axis=dim, keepdims=keepdim)
         pos = s > 0
         # double where: sqrt never sees 0, so its gradient stays finite where the norm is 0
-        return E.where(pos, E.sqrt(E.where(pos, s, 1.0)), 0.0)
+        return BI.where(pos, E.sqrt(BI.where(pos, s, 1.0)), 0.0)
     if p == 1:
         return R.sum(E.abs(x), axis=dim, keepdims=keepdim)
     if math.isinf(p):
@@ -303,7 +304,7 @@ def vector_norm(x: Tensor, p: float, dim: Any, keepdim: bool) -> Tensor:
         raise ValueError(f"normalize: p must be positive, got {p}")
     s = R.sum(E.abs(x) ** p, axis=dim, keepdims=keepdim)
     pos = s > 0
-    return E.where(pos, E.where(pos, s, 1.0) ** (1.0 / p), 0.0)
+    return BI.where(pos, BI.where(pos, s, 1.0) ** (1.0 / p), 0.0)
 
 
 def normalize(
@@ -320,7 +321,7 @@ def normalize(
         raise ValueError("normalize: out= is not supported; use the returned tensor")
     x = float_input(input, "normalize")
     n = vector_norm(x, p, dim, True)
-    return x / E.maximum(n, eps)
+    return x / BI.maximum(n, eps)
 
 
 def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Tensor:
@@ -340,8 +341,8 @@ def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Tens
             f"cosine_similarity: shapes {a.shape} and {b.shape} do not broadcast"
         ) from None
     a, b = S.broadcast_to(a, shape), S.broadcast_to(b, shape)
-    na = E.maximum(vector_norm(a, 2, dim, True), eps)
-    nb = E.maximum(vector_norm(b, 2, dim, True), eps)
+    na = BI.maximum(vector_norm(a, 2, dim, True), eps)
+    nb = BI.maximum(vector_norm(b, 2, dim, True), eps)
     return R.sum((a / na) * (b / nb), axis=dim)
 
 

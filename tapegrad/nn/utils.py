@@ -14,6 +14,7 @@ from typing import Any
 
 from .._autodiff import Gradients
 from .._tensor import Tensor
+from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
@@ -68,7 +69,7 @@ def clip_grad_norm(
             part = (g * g).sum() if p == 2.0 else (E.abs(g) ** p).sum()
             total = part if total is None else total + part
         norm = E.sqrt(total) if p == 2.0 else total ** (1.0 / p)
-    coef = E.minimum(max_norm / (norm + eps), 1.0)
+    coef = BI.minimum(max_norm / (norm + eps), 1.0)
     return Gradients((q, g * coef.astype(g.dtype)) for q, g in pairs), norm
 
 

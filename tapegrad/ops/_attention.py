@@ -22,6 +22,7 @@ from .._autodiff import OUT, Joint, apply, defprim, is_recomputing
 from .._backend import xp_of
 from .._kernels.registry import dispatch
 from .._tensor import Tensor
+from . import _binary as BI
 from . import _elementwise as E
 from . import _linalg as L
 from . import _reduce as R
@@ -217,4 +218,4 @@ def safe_softmax(s: Tensor) -> Tensor:
     e = E.exp(s - R.max_shift(s, -1))
     den = R.sum(e, axis=-1, keepdims=True)
     pos = den > 0
-    return e / E.where(pos, den, 1.0)
+    return e / BI.where(pos, den, 1.0)

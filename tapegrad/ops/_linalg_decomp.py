@@ -19,6 +19,7 @@ from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
 from . import _shape as S
+from ._binary import where
 from ._common import as_tensor, operands
 
 
@@ -336,7 +337,6 @@ def pinv(a: Any, rcond: float = 1e-15) -> Tensor:
     """The Moore-Penrose pseudo-inverse from the SVD (singular values below
     ``rcond * max(s)`` dropped), so its gradient is the SVD's: it needs distinct singular
     values (``pinv`` of a matrix with a repeated singular value has a NaN gradient)."""
-    from ._elementwise import where  # noqa: PLC0415
     from ._reduce import amax  # noqa: PLC0415
 
     a = _float(as_tensor(a), "pinv")

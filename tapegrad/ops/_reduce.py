@@ -9,7 +9,13 @@ from .._autodiff import OUT, apply, defprim, nondiff
 from .._backend import np, xp_of
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
+from . import _binary as BI
+from ._binary import where
 from ._common import as_tensor, check_axis, normalize_axis
+from ._elementwise import abs as _abs
+from ._elementwise import exp, log, sqrt
+from ._indexing import take_along_axis
+from ._shape import reshape, squeeze
 
 
 def _kept(axes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -177,11 +183,8 @@ def _extreme(name: str, values: Any, indices: Any, pairwise: str) -> Any:
             if len(args) != 1 or axis is not None or dim is not None:
                 raise TypeError(f"{name}: takes one other tensor, or axis= (numpy) or dim= "
                                 f"(PyTorch), got {args!r}")  # fmt: skip
-            from . import _elementwise as E  # noqa: PLC0415
-
-            return getattr(E, pairwise)(x, args[0])
+            return getattr(BI, pairwise)(x, args[0])
         if dim is not None:
-            from ._shape import squeeze, take_along_axis  # noqa: PLC0415
             from ._torch_names import ValuesIndices  # noqa: PLC0415 # cycle: _torch_names imports this module
 
             x = as_tensor(x)
@@ -284,7 +287,6 @@ def std(
     >>> tg.std(tg.tensor([[1.0, 3.0]]), ddof=1, dim=1).tolist()
     [1.4142135381698608]
     """
-    from ._elementwise import sqrt, where  # noqa: PLC0415
 
     v = var(x, axis, keepdims, correction, ddof=ddof, dim=dim, keepdim=keepdim)
     pos = _wrap(v._data > 0)  # a constant mask: sqrt's derivative at 0 is infinite
@@ -298,8 +300,6 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     >>> f"{tg.logsumexp(tg.tensor([1000.0, 1000.0], dtype=tg.float64)).item():.4f}"
     '1000.6931'
     """
-    from ._elementwise import exp, log  # noqa: PLC0415
-    from ._shape import reshape  # noqa: PLC0415
 
     x = as_tensor(x)
     axes = normalize_axis(axis, x.ndim, "logsumexp")
@@ -375,8 +375,6 @@ _cumprod = defprim("cumprod", lambda x, axis: np.cumprod(x, axis=axis), _cumprod
 
 
 def _cumulative(prim: Any, x: Any, axis: int | None, name: str) -> Tensor:
-    from ._shape import reshape  # noqa: PLC0415
-
     x = as_tensor(x)
     if x.dtype.kind in "bi":
         x = x.astype(np.int64)
@@ -419,8 +417,6 @@ def norm(
     >>> tg.norm(tg.tensor([3.0, 4.0])).item(), tg.ones((2, 4)).norm(p=1, dim=1).tolist()
     (5.0, [4.0, 4.0])
     """
-    from ._elementwise import abs as _abs  # noqa: PLC0415
-    from ._elementwise import sqrt, where  # noqa: PLC0415
 
     if p is not None:
         if ord is not None:

@@ -16,7 +16,8 @@ from .._autodiff import OUT, apply, defprim
 from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
-from . import _elementwise as E
+from . import _binary as BI
+from . import _indexing as IX
 from . import _linalg as L
 from . import _reduce as R
 from . import _shape as S
@@ -129,7 +130,7 @@ def narrow(x: Any, dim: int, start: int, length: int) -> Tensor:
     return x[(slice(None),) * ax + (slice(s, s + length),)]
 
 
-eq, ne, lt, le, gt, ge = E.equal, E.not_equal, E.less, E.less_equal, E.greater, E.greater_equal
+eq, ne, lt, le, gt, ge = BI.equal, BI.not_equal, BI.less, BI.less_equal, BI.greater, BI.greater_equal
 
 # public ops whose axis / keepdims PyTorch spells dim / keepdim
 DIM_OPS = (
@@ -195,7 +196,7 @@ def index_select(input: Any, dim: int, index: Any) -> Tensor:
             f"index_select: index must be a 0-d or 1-d integer tensor, got dtype {ind.dtype} "
             f"and shape {ind.shape}"
         )
-    return S.take(x, ind.reshape(-1), axis=dim)
+    return IX.take(x, ind.reshape(-1), axis=dim)
 
 
 def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
@@ -217,7 +218,7 @@ def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
         if value.ndim != 0:
             raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got {value.shape}")
         value = value.astype(x.dtype)
-    return E.where(as_tensor(m), value, x).astype(x.dtype)
+    return BI.where(as_tensor(m), value, x).astype(x.dtype)
 
 
 def topk(input: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
@@ -242,7 +243,7 @@ def topk(input: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool =
     idx = np.take(np.argsort(key, axis=ax, kind="stable"), np.arange(k), axis=ax)
     if x.ndim == 0:
         return ValuesIndices(x, _wrap(np.zeros((), np.int64)))
-    return ValuesIndices(S.take_along_axis(x, idx, ax), _wrap(idx.astype(np.int64)))
+    return ValuesIndices(IX.take_along_axis(x, idx, ax), _wrap(idx.astype(np.int64)))
 
 
 def repeat_interleave(input: Any, repeats: Any, dim: Any = None) -> Tensor:
@@ -298,7 +299,7 @@ def masked_select(input: Any, mask: Any) -> Tensor:
     if m.dtype != np.bool_:
         raise TypeError(f"masked_select: the mask must be bool, got {m.dtype}; compare first (x > 0)")
     shape = np.broadcast_shapes(m.shape, x.shape)
-    return S.getitem(S.broadcast_to(x, shape), np.broadcast_to(m, shape))
+    return IX.getitem(S.broadcast_to(x, shape), np.broadcast_to(m, shape))
 
 
 def _cumulative(name: str, accumulate: Any) -> Any:
@@ -314,7 +315,7 @@ def _cumulative(name: str, accumulate: Any) -> Any:
         hit = (a == run) | (np.isnan(a) if a.dtype.kind == "f" else False)
         # after a nan, the latest nan (the running extreme is nan)
         idx = np.maximum.accumulate(np.where(hit, pos, 0), axis=ax).astype(np.int64)
-        return ValuesIndices(S.take_along_axis(x, idx, ax), _wrap(idx))
+        return ValuesIndices(IX.take_along_axis(x, idx, ax), _wrap(idx))
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (
@@ -381,7 +382,7 @@ def gather(input: Any, dim: int, index: Any) -> Tensor:
             f"the input's {x.ndim} dimensions, no larger than {x.shape} except along dim {dim}"
         )
     crop = tuple(slice(None) if i == ax else slice(0, n) for i, n in enumerate(ind.shape))
-    return S.take_along_axis(S.getitem(x, crop), ind, ax)
+    return IX.take_along_axis(IX.getitem(x, crop), ind, ax)
 
 
 def bitwise_not(input: Any) -> Tensor:
@@ -430,7 +431,7 @@ def sort(input: Any, dim: int = -1, descending: bool = False, stable: bool = Fal
     idx = argsort(x, dim, descending)
     if x.ndim == 0:
         return ValuesIndices(x, idx)
-    return ValuesIndices(S.take_along_axis(x, idx._data, check_axis(dim, x.ndim, "sort")), idx)
+    return ValuesIndices(IX.take_along_axis(x, idx._data, check_axis(dim, x.ndim, "sort")), idx)
 
 
 def _logcumsumexp_fwd(x: Any, axis: int) -> Any:
