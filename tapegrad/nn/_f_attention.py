@@ -69,7 +69,7 @@ def scaled_dot_product_attention(
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if is_causal and attn_mask is not None:
         raise ArgumentError(f"{op}: give attn_mask or is_causal=True, not both")
-    if dropout_p == 0.0 and _fusable(q, k, v, attn_mask):
+    if dropout_p == 0.0 and _one_pass_fits(q, k, v, attn_mask):
         return _fused(q, k, v, attn_mask, is_causal, sc)
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * sc  # (..., L, S)
     masked = False
@@ -97,7 +97,7 @@ def scaled_dot_product_attention(
     return L.matmul(p, v)
 
 
-def _fusable(q: Tensor, k: Tensor, v: Tensor, attn_mask: Any) -> bool:
+def _one_pass_fits(q: Tensor, k: Tensor, v: Tensor, attn_mask: Any) -> bool:
     """Whether ``nn.attention`` covers this call: 3-D or 4-D inputs with the same leading
     dimensions and dtype, a mask of at most as many dimensions that broadcasts to the scores."""
     lead = q.shape[:-2]
