@@ -777,6 +777,11 @@ def _prim_rows():
             lambda x, t: F.mse_loss(x, t) + F.mse_loss(t, x, reduction="sum"),
             [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
         ),
+        "nn.huber_loss": (  # both branches: differences on either side of delta and beta
+            lambda x, t: F.huber_loss(x, t, delta=0.7) + F.smooth_l1_loss(t, x, reduction="sum",
+                                                                          beta=0.4),
+            [tg.tensor(_rand(rng, (3, 4))), tg.tensor(_rand(rng, (3, 4)))],
+        ),
         "nn.binary_cross_entropy": (
             lambda x, t: F.binary_cross_entropy(F.sigmoid(x), F.sigmoid(t))
             + (F.binary_cross_entropy(F.sigmoid(t), F.sigmoid(x), reduction="none") ** 2).sum(),

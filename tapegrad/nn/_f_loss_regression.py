@@ -14,7 +14,7 @@ from ..ops import _binary as BI
 from ..ops import _elementwise as E
 from ..ops import _reduce as R
 from ..ops import _shape as S
-from ..ops._loss import MSE
+from ..ops._loss import HUBER, MSE
 from ._f_common import check_reduction, float_input, legacy_reduction, reduce_loss, same_float
 from ._f_loss import _pair
 from ._f_norm import pairwise_distance
@@ -103,6 +103,9 @@ def huber_loss(
     x, t = _pair(input, target, "huber_loss")
     if delta <= 0:
         raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    n = x._data.size
+    if weight is None and reduction in ("mean", "sum") and n:
+        return apply(HUBER, x, t, delta=float(delta), scale=1.0 / n if reduction == "mean" else 1.0)
     loss = _huber(x - t, delta)
     if weight is not None:
         loss = _times_same_shape(loss, weight, "huber_loss")
@@ -123,6 +126,10 @@ def smooth_l1_loss(
     x, t = _pair(input, target, "smooth_l1_loss")
     if beta < 0:
         raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    n = x._data.size
+    if beta > 0 and reduction in ("mean", "sum") and n:  # Huber over beta
+        scale = (1.0 / n if reduction == "mean" else 1.0) / beta
+        return apply(HUBER, x, t, delta=float(beta), scale=scale)
     d = x - t
     if beta == 0:
         return reduce_loss(E.abs(d), reduction, "smooth_l1_loss")

@@ -277,3 +277,25 @@ MSE = defprim(
         G * (2.0 * P("scale")) * (X(0) - X(1)), G * (-2.0 * P("scale")) * (X(0) - X(1)))),
 )
 
+
+
+# Huber with 'mean' or 'sum' (smooth L1 is Huber over ``delta``): one primitive, as mse's, where
+# the composition (difference, abs, comparison, two branches, where, reduction) recorded nine ops
+# a call. Its gradient is the difference clipped to ``[-delta, delta]``; written with ``xp`` so it
+# also runs on Tensors (gradients of gradients).
+def _huber_fwd(x: Any, t: Any, delta: float, scale: float) -> Any:
+    xp = xp_of(x)
+    d = x - t
+    a = xp.abs(d)
+    loss = xp.where(a < delta, 0.5 * d * d, delta * (a - 0.5 * delta))
+    return xp.asarray(loss.sum() * scale, dtype=x.dtype)
+
+
+def _huber_vjp(sign: float) -> Any:
+    def vjp(xp: Any, g: Any, ans: Any, x: Any, t: Any, delta: float, scale: float) -> Any:
+        return g * (sign * scale) * xp.clip(x - t, -delta, delta)
+
+    return vjp
+
+
+HUBER = defprim("nn.huber_loss", _huber_fwd, (_huber_vjp(1.0), _huber_vjp(-1.0)), (0, 1))
