@@ -21,7 +21,7 @@ from .._backend import np
 
 # the plain arguments ``call_at`` passes besides arrays (one data model, any layout); None: an
 # absent array
-_PLAIN = (types.int64, types.float32, types.float64, types.none)
+_PLAIN = (types.int64, types.uint64, types.float32, types.float64, types.none)
 
 
 @intrinsic
