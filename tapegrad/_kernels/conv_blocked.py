@@ -740,8 +740,57 @@ def _wfwd_source(p: int, ob: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _wdm_source() -> str:
+    """``wdm(gf, gt, wf, t0, nt, per, tw, ho, wo, o_, mp, z, a0, a1)``: ``wgradw``'s dM = A dY
+    A^T of a group's tiles t0 .. t0 + nt, the position rows a0 .. a1, into wf; gt scratch (4
+    O). A function of its own (``HELPERS``), which ``wgradw`` calls by address: compiled once,
+    not in the kernel."""
+    out = ["def wdm(gf, gt, wf, t0, nt, per, tw, ho, wo, o_, mp, z, a0, a1):",
+           "    ou = U(o_)",
+           "    oplane = ho * wo"]
+    out += [
+        "    for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
+        "        t = t0 + i",
+        "        s = t // per",
+        "        oy = 2 * ((t % per) // tw)",
+        "        ox = 2 * (t % tw)",
+        "        right = ox + 1 < wo",
+        "        down = oy + 1 < ho",
+        # the tile's four pixels of every channel into gt (zeros past the edges), then each
+        # row of dM in a loop along the channels, which LLVM vectorizes
+        "        gb = U((s * o_ * ho + oy) * wo + ox)",
+        "        if right and down:",
+        "            for o in range(ou):",
+        "                go = gb + o * U(oplane)",
+        "                gt[o] = gf[go]; gt[ou + o] = gf[go + U(1)]",
+        "                gt[U(2) * ou + o] = gf[go + U(wo)]",
+        "                gt[U(3) * ou + o] = gf[go + U(wo + 1)]",
+        "        else:",
+        "            for o in range(ou):",
+        "                go = gb + o * U(oplane)",
+        "                gt[o] = gf[go]",
+        "                gt[ou + o] = gf[go + U(1)] if right else z",
+        "                gt[U(2) * ou + o] = gf[go + U(wo)] if down else z",
+        "                gt[U(3) * ou + o] = gf[go + U(wo + 1)] if right and down else z",
+        "        mb = U(i * o_)",
+    ]
+    rows = (("g00", "u0", "u1", "-g01"), ("g00 + g10", "u0 + w0", "u1 + w1", "-g01 - g11"),
+            ("g00 - g10", "u0 - w0", "u1 - w1", "g11 - g01"), ("-g10", "-w0", "-w1", "g11"))
+    for a, vals in enumerate(rows):
+        out += [
+            f"        if a0 <= {a} < a1:",
+            "            for o in range(ou):",
+            "                g00 = gt[o]; g01 = gt[ou + o]",
+            "                g10 = gt[U(2) * ou + o]; g11 = gt[U(3) * ou + o]",
+            "                u0 = g00 + g01; u1 = g00 - g01; w0 = g10 + g11; w1 = g10 - g11",
+        ]
+        out += [f"                wf[mb + o + U(({a} - a0) * 4 + {b}) * mp] = {e}"
+                for b, e in enumerate(vals)]
+    return "\n".join(out) + "\n"
+
+
 def _wgradw_source(pc: int, ob: int, tg: int) -> str:
-    """``wgradw(x, g, du, pt, pl, a0, a1, g0, g1)``: du (16, C, O) += the weight gradient of
+    """``wgradw(x, g, du, pt, pl, a0, a1, g0, g1, wp, wd)``: du (16, C, O) += the weight gradient of
     ``wfwd`` in the transformed weights, ``dU = sum over tiles of V^T dM``, for the positions
     in rows a0 .. a1 (of 4) of the 4x4 transform, over groups g0 .. g1 of ``tg`` tiles; x (m,
     C, H, W) the input, g (m, O, Ho, Wo) the output's gradient, channel-first as they are. A
@@ -749,9 +798,12 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
     output transform, (tg, O) per position) are formed for those rows only, then summed in
     blocks of ``pc`` input x ``ob`` output channels (a block's channels ``tg`` apart, a
     literal offset); C a multiple of ``pc``. The parallel twin gives each thread a chunk of the rows:
-    disjoint sums, no transform done twice."""
+    disjoint sums, no transform done twice. The input transform and dM are the compiled code of
+    ``wpatch`` at ``wp`` and ``wdm`` at ``wd`` (``_PARTS``, bound by ``_kernel``): with
+    ``wpatch`` called by name (its IR linked in, optimised again) and dM inline the kernel took
+    1.5-2.0 CPU s to compile."""
     out = [
-        "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1):",
+        "def wgradw(x, g, du, pt, pl, a0, a1, g0, g1, wp, wd):",
         f"    tg = np.int64({tg})  # a variable, not a literal: wpatch compiles once for both",
         "    m_, c_, h_, w_ = x.shape",
         "    _, o_, ho, wo = g.shape",
@@ -765,7 +817,6 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "    z = df.dtype.type(0)",
         "    ou = U(o_)",
         "    plane = h_ * w_",
-        "    oplane = ho * wo",
         "    npos = 4 * (a1 - a0)",
         "    vp = U(tg * c_ + 16)  # from one position to the next: not a power of two",
         "    mp = U(tg * o_ + 16)",
@@ -779,46 +830,9 @@ def _wgradw_source(pc: int, ob: int, tg: int) -> str:
         "        t0 = gi * tg",
         "        nt = min(tg, total - t0)",
     ]
-    out += ["        wpatch(xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp, tg, z,",
-            "               a0, a1)"]
-    out += [
-        "        for i in range(nt):  # dM = A dY A^T of each tile's 2x2 output gradient",
-        "            t = t0 + i",
-        "            s = t // per",
-        "            oy = 2 * ((t % per) // tw)",
-        "            ox = 2 * (t % tw)",
-        "            right = ox + 1 < wo",
-        "            down = oy + 1 < ho",
-        # the tile's four pixels of every channel into gt (zeros past the edges), then each
-        # row of dM in a loop along the channels, which LLVM vectorizes
-        "            gb = U((s * o_ * ho + oy) * wo + ox)",
-        "            if right and down:",
-        "                for o in range(ou):",
-        "                    go = gb + o * U(oplane)",
-        "                    gt[o] = gf[go]; gt[ou + o] = gf[go + U(1)]",
-        "                    gt[U(2) * ou + o] = gf[go + U(wo)]",
-        "                    gt[U(3) * ou + o] = gf[go + U(wo + 1)]",
-        "            else:",
-        "                for o in range(ou):",
-        "                    go = gb + o * U(oplane)",
-        "                    gt[o] = gf[go]",
-        "                    gt[ou + o] = gf[go + U(1)] if right else z",
-        "                    gt[U(2) * ou + o] = gf[go + U(wo)] if down else z",
-        "                    gt[U(3) * ou + o] = gf[go + U(wo + 1)] if right and down else z",
-        "            mb = U(i * o_)",
-    ]
-    rows = (("g00", "u0", "u1", "-g01"), ("g00 + g10", "u0 + w0", "u1 + w1", "-g01 - g11"),
-            ("g00 - g10", "u0 - w0", "u1 - w1", "g11 - g01"), ("-g10", "-w0", "-w1", "g11"))
-    for a, vals in enumerate(rows):
-        out += [
-            f"            if a0 <= {a} < a1:",
-            "                for o in range(ou):",
-            "                    g00 = gt[o]; g01 = gt[ou + o]",
-            "                    g10 = gt[U(2) * ou + o]; g11 = gt[U(3) * ou + o]",
-            "                    u0 = g00 + g01; u1 = g00 - g01; w0 = g10 + g11; w1 = g10 - g11",
-        ]
-        out += [f"                    wf[mb + o + U(({a} - a0) * 4 + {b}) * mp] = {e}"
-                for b, e in enumerate(vals)]
+    out += ["        call_at(wp, (xf, zr, v, eb, t0, nt, per, tw, pt, pl, h_, w_, c_, plane, ewp, vp,",
+            "                    tg, z, a0, a1))"]
+    out += ["        call_at(wd, (gf, gt, wf, t0, nt, per, tw, ho, wo, o_, mp, z, a0, a1))"]
     out += [
         "        for p in range(npos):",
         "            for c0 in range(0, c_, " + str(pc) + "):",
@@ -838,7 +852,8 @@ def _source(p: int, pc: int, ob: int) -> str:
     body = "\n\n".join(
         (_fwd_source(p, ob), _wgrad_source(pc, ob), _tgrad_source(p, ob), _fwdc_source(p, ob),
          _tgrad_source(p, ob, first=True), _wgrad_source(pc, ob, first=True),
-         _wpatch_source(), _wfwd_source(p, ob), _wgradw_source(pc, ob, TILES), _PAR_SOURCE,
+         _wpatch_source(), _wfwd_source(p, ob), _wdm_source(), _wgradw_source(pc, ob, TILES),
+         _PAR_SOURCE,
          _SAMPLE_SOURCE)
     )
     # U(<literal>) as a module constant, typed once: numba types every call of U on its own
@@ -849,7 +864,7 @@ def _source(p: int, pc: int, ob: int) -> str:
         '"""Generated by tapegrad._kernels.conv_blocked (its template, for this machine)."""\n'
         "import numpy as np\n"
         "from tapegrad._kernels.conv_blocked import block_add, block_fma, block_fma2, block_put, "
-        "block_shift, block_store, row_load, row_zero\n"
+        "block_shift, block_store, call_at, row_load, row_zero\n"
         "U = np.uint64\n" + "".join(f"U{n} = U({n})\n" for n in lits) + "\n\n"
     )
     return head + body
@@ -915,11 +930,11 @@ def wfwd_par(x, u, b, y, pt, pl, tg, g0, g1, fp):
         call_at(fp, (x, u, b, y, pt, pl, tg, g0 + lo, g0 + hi))
 
 
-def wgradw_par(x, g, du, pt, pl, a0, a1, g0, g1, fp):
+def wgradw_par(x, g, du, pt, pl, a0, a1, g0, g1, wp, wd, fp):
     k = min(num_threads(), 4)
     for i in prange(k):  # the transform's 4 rows in k chunks (a0, a1 as given are not used)
         lo, hi = bounds(4, k, i, 1)
-        call_at(fp, (x, g, du, pt, pl, lo, hi, g0, g1))
+        call_at(fp, (x, g, du, pt, pl, lo, hi, g0, g1, wp, wd))
 """
 
 # The passes on channels-last copies, a sample at a time: samples n0 .. n1, each copied into a
@@ -1106,7 +1121,7 @@ def _write(where: str, base: str, src: str) -> str:
 
 # Functions of the generated module that kernels call, compiled on their own (once for all
 # their callers, each dtype).
-HELPERS = ("wpatch",)
+HELPERS = ("wpatch", "wdm")
 _KERNELS: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 _BUILDING: set[tuple[str, str]] = set()  # kernels a thread is making (background mode)
@@ -1116,7 +1131,7 @@ _building_lock = threading.Lock()
 # C-contiguous) and how many integers follow them.
 _ARGS = {
     "fwd": ("ttvt", 6), "fwdc": ("ttvt", 6), "wgrad": ("ttt", 6), "wgradc": ("ttt", 6),
-    "tgrad": ("ttt", 10), "tgradc": ("ttt", 10), "wfwd": ("twvt", 5), "wgradw": ("ttw", 6),
+    "tgrad": ("ttt", 10), "tgradc": ("ttt", 10), "wfwd": ("twvt", 5), "wgradw": ("ttw", 8),
     "fwds": ("ttvtt", 8), "tgrads": ("tttt", 10), "tgradcs": ("tttt", 10),
     "wgrads": ("ttttt", 9), "wgradcs": ("tttt", 7),
 }
@@ -1124,6 +1139,10 @@ _ARGS = {
 # pass the kernel it runs on each sample.
 _CALLS = {"fwds": "fwd", "tgrads": "tgrad", "tgradcs": "tgradc", "wgrads": "wgrad",
           "wgradcs": "wgradc"}
+# The helpers a kernel calls by address (``call_at``), its last integer arguments, bound by
+# ``_kernel``: by name, a helper's IR was linked into the kernel and optimised again (``wgradw``
+# with ``wpatch`` by name and dM inline: 1.5-2.0 CPU s).
+_PARTS = {"wgradw": ("wpatch", "wdm")}
 
 
 def _kernel(name: str, dtype: Any, parallel: bool = False, wait: bool = False) -> Any:
@@ -1165,7 +1184,11 @@ def _kernel(name: str, dtype: Any, parallel: bool = False, wait: bool = False) -
                     setattr(mod, callee, called)
                 fn = getattr(getattr(mod, key[0]), "py_func", getattr(mod, key[0]))
                 k = _aside(jit(parallel=parallel, fastmath={"contract"}, signatures=[sig]), fn)
-                _KERNELS[key] = k if called is None or not parallel else _twin(k, called)
+                made = k if called is None or not parallel else _twin(k, called)
+                parts = _PARTS.get(name, ())
+                if parts:
+                    made = _bind(made, k, *[_aside(_part_at, mod, h, key[1]) for h in parts])
+                _KERNELS[key] = made
             finally:
                 cfg.SLP_VECTORIZE = old
     return _KERNELS[key]
@@ -1175,6 +1198,7 @@ def _twin(twin: Any, serial: Any) -> Any:
     """``twin`` with its last argument bound to the address of ``serial``'s compiled entry
     point, which its chunks call (``call_at``): the twin holds no copy of the serial kernel,
     so it compiles in the time of its ``prange`` alone."""
+    serial = getattr(serial, "kernel", serial)  # a kernel with a part bound (``_bind``)
     cres = serial.overloads[serial.signatures[0]]
     fp = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     assert fp, f"conv_blocked: no entry point {cres.fndesc.llvm_func_name}"
@@ -1184,6 +1208,34 @@ def _twin(twin: Any, serial: Any) -> Any:
 
     run.twin, run.serial = twin, serial  # type: ignore[attr-defined] # keeps the code alive
     return run
+
+
+def _part_at(mod: Any, name: str, char: str) -> int:
+    """The address of helper ``name``'s compiled code (generated module ``mod``) for dtype
+    ``char``, compiled (or loaded) for the argument types its kernel passes, in the kernels'
+    settings (numba's own compile: never ``NotReady``)."""
+    helper = getattr(mod, name)
+    dt = np.dtype(char)
+    e, z = np.empty(0, dt), dt.type(0)
+    args = {"wpatch": (e, e, e, e, *(0,) * 10, U(0), U(0), 0, z, 0, 0),
+            "wdm": (e, e, e, *(0,) * 7, U(0), z, 0, 0)}[name]
+    sig = tuple(helper.typeof_pyval(a) for a in args)
+    helper.compile(sig)
+    cres = helper.overloads[sig]
+    fp = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    assert fp, f"conv_blocked: no entry point {cres.fndesc.llvm_func_name}"
+    return int(fp)
+
+
+def _bind(run: Any, kernel: Any, *at: int) -> Any:
+    """``run`` with its last integer arguments (before a twin's own address) bound to ``at``,
+    its parts' addresses (``_PARTS``); ``kernel`` the compiled kernel, for ``_twin``."""
+
+    def bound(*args: Any) -> None:
+        run(*args, *at)
+
+    bound.kernel, bound.run = kernel, run  # type: ignore[attr-defined] # keeps the code alive
+    return bound
 
 
 # Multiply-adds from which a kernel call runs on numba's threads (when numpy's BLAS and the

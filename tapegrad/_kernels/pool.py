@@ -9,7 +9,8 @@ numpy, so other geometries keep the numpy code). The forward keeps the maximum (
 order (PyTorch's rule) and writes zeros elsewhere, rows and columns no window reaches included.
 Each has a parallel form (``*_par``: the planes in chunks, one per thread, the same bits) used
 from ``PARALLEL_MIN`` input elements when numpy's BLAS shares numba's threads (before that pool,
-waking a second thread cost more than the pass). The gradient writes each element once (zeros only where no window
+waking a second thread cost more than the pass); a chunk calls the serial kernel's machine code
+by address (``twins.call_at``: the twin's compile does not optimise its IR again). The gradient writes each element once (zeros only where no window
 reaches: an odd last row or column). Other windows (ResNet's 3x3 stride 2 padded 1) keep numpy's
 forward, whose kh * kw maximum passes vectorise, and take ``max_pool_window_grad``: one pass over
 the windows instead of the reference's comparison, selection and addition per tap.
@@ -25,6 +26,7 @@ from numba import prange
 from .._backend import np
 from . import jit
 from .chunks import bounds, num_threads
+from .twins import call_at, entry, entry_by
 
 U = np.uint64
 PARALLEL_MIN = 1 << 16  # input elements from which a pass runs on several threads
@@ -133,12 +135,13 @@ def _maxk_grad(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, p0, p1):  # type: 
 
 
 @jit(parallel=True)
-def _maxk_grad_par(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw):  # type: ignore[no-untyped-def]
-    """``_maxk_grad`` of the planes in chunks, one per thread."""
+def _maxk_grad_par(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, fp):  # type: ignore[no-untyped-def]
+    """``_maxk_grad`` of the planes in chunks, one per thread, each a call of its compiled
+    code at ``fp`` (``twins.entry``)."""
     p = num_threads()
     for i in prange(p):
         p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
-        _maxk_grad(g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, p0, p1)
+        call_at(fp, (g, x, out, dx, kh, kw, sh, sw, pt, pl, dh, dw, p0, p1))
 
 
 def _window_args(geom: Any) -> tuple[int, ...]:
@@ -154,7 +157,8 @@ def max_pool_window_grad(g: Any, x: Any, out: Any, geom: Any) -> Any:
     g, x, out = c(g), c(x), c(out)
     a = _window_args(geom)
     if _parallel(x):
-        _maxk_grad_par(g, x, out, dx, *a)
+        fp = entry(_maxk_grad, g[:0], x[:0], out[:0], dx[:0], *a, 0, 0)
+        _maxk_grad_par(g, x, out, dx, *a, fp)
     else:
         _maxk_grad(g, x, out, dx, *a, 0, x.shape[0] * x.shape[1])
     return dx
@@ -171,21 +175,23 @@ def fits(geom: Any) -> bool:
 
 
 @jit(parallel=True)
-def _max4_par(x, out):  # type: ignore[no-untyped-def]
-    """``_max4`` of the planes in chunks, one per thread."""
+def _max4_par(x, out, fp):  # type: ignore[no-untyped-def]
+    """``_max4`` of the planes in chunks, one per thread, each a call of its compiled code at
+    ``fp`` (``twins.entry``; by name, its IR linked in and optimised again)."""
     p = num_threads()
     for i in prange(p):
         p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
-        _max4(x, out, p0, p1)
+        call_at(fp, (x, out, p0, p1))
 
 
 @jit(parallel=True)
-def _max4_grad_par(g, x, out, dx):  # type: ignore[no-untyped-def]
-    """``_max4_grad`` of the planes in chunks, one per thread."""
+def _max4_grad_par(g, x, out, dx, fp):  # type: ignore[no-untyped-def]
+    """``_max4_grad`` of the planes in chunks, one per thread, each a call of its compiled
+    code at ``fp`` (by name: 1.6 CPU s)."""
     p = num_threads()
     for i in prange(p):
         p0, p1 = bounds(x.shape[0] * x.shape[1], p, i, 1)
-        _max4_grad(g, x, out, dx, p0, p1)
+        call_at(fp, (g, x, out, dx, p0, p1))
 
 
 def _parallel(x: Any) -> bool:
@@ -200,7 +206,7 @@ def max_pool(x: Any, geom: Any) -> Any:
     out = np.empty(x.shape[:2] + tuple(geom.out_hw), dtype=x.dtype)
     x = np.ascontiguousarray(x)
     if _parallel(x):
-        _max4_par(x, out)
+        _max4_par(x, out, entry_by(("max4", x.dtype.char), _max4, x[:0], out[:0], 0, 0))
     else:
         _max4(x, out, 0, x.shape[0] * x.shape[1])
     return out
@@ -212,7 +218,9 @@ def max_pool_grad(g: Any, x: Any, out: Any, geom: Any) -> Any:
     c = np.ascontiguousarray
     g, x, out = c(g), c(x), c(out)
     if _parallel(x):
-        _max4_grad_par(g, x, out, dx)
+        fp = entry_by(("max4_grad", g.dtype.char, x.dtype.char, out.dtype.char), _max4_grad, g[:0],
+                      x[:0], out[:0], dx[:0], 0, 0)
+        _max4_grad_par(g, x, out, dx, fp)
     else:
         _max4_grad(g, x, out, dx, 0, x.shape[0] * x.shape[1])
     return dx
