@@ -1,13 +1,15 @@
 """JIT cost: the first training step of the flagship (examples/multimodal.py) in a fresh process,
-with an empty numba cache (cold: every kernel the step meets compiles) and again with the cache
-that run filled (warm: kernels load from disk).
+with an empty kernel cache (cold: the default background mode, where steps run the numpy
+references while the kernels compile in a helper process), then with ``TAPEGRAD_COMPILE=wait``
+in the same cache (fill: what the first process left uncompiled compiles in the caller, and the
+tunable ops time their candidates), then again (warm: kernels and choices load from disk).
 
     python benchmarks/jit_cost.py          # prints a markdown table
 
 Each process imports tapegrad, builds the example's CLIP model, AdamW and one-cycle schedule at
 its default Config, and runs the example's step (one tape over both encoders, the gradient, a
 clipped AdamW step) on its first batch: the first step's time, and the median of the next
-``STEADY`` steps. ``NUMBA_CACHE_DIR`` points both processes at one new temporary directory, so
+``STEADY`` steps. ``TAPEGRAD_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` point the processes at one new temporary directory, so
 no cache of the checkout or of the user is read or written.
 """
 
@@ -72,9 +74,10 @@ def child() -> dict[str, float]:
     return {"import_s": t_import, "first_step_s": first, "steady_step_s": statistics.median(rest)}
 
 
-def run_child(cache: str, timeout: float = 900) -> dict[str, Any]:
-    """``child()`` in a fresh interpreter with ``NUMBA_CACHE_DIR=cache``."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": cache,
+def run_child(cache: str, mode: str = "background", timeout: float = 900) -> dict[str, Any]:
+    """``child()`` in a fresh interpreter with its kernel cache in ``cache``."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "TAPEGRAD_CACHE_DIR": cache,
+           "TAPEGRAD_COMPILE": mode,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("TAPEGRAD_KERNELS", None)
     t0 = time.perf_counter()
@@ -91,21 +94,25 @@ def measure() -> dict[str, Any]:
     """Cold, then warm, in one new cache directory (removed afterwards)."""
     with tempfile.TemporaryDirectory(prefix="tapegrad-jit-") as cache:
         cold = run_child(cache)
+        fill = run_child(cache, "wait")
         warm = run_child(cache)
-    return {"cold": cold, "warm": warm}
+    return {"cold": cold, "fill": fill, "warm": warm}
 
 
 def lines(res: dict[str, Any]) -> list[str]:
     """Markdown: what was measured, and the table."""
     out = ["The first training step of `examples/multimodal.py` (its CLIP at the default Config, "
            "AdamW, one tape over both encoders) in a fresh process, `NUMBA_CACHE_DIR` pointed at "
-           "a new empty directory (cold: every numba kernel the step meets compiles), then in a "
-           "second fresh process with the cache the first one filled (warm). "
+           "a new empty directory (cold: the default background mode; steps run the numpy "
+           "references while kernels compile in a helper process), then with "
+           "`TAPEGRAD_COMPILE=wait` in that cache (fill: what is still missing compiles in the "
+           "caller, and the convolutions' strategies are timed once for this machine), then "
+           "again (warm: kernels and choices load from disk). "
            f"Steady step: the median of the next {STEADY} steps. Measured by "
            "`benchmarks/jit_cost.py`.", "",
            "| numba cache | import tapegrad s | first step s | steady step ms | "
            "first step over steady | whole process s |", "|---|---|---|---|---|---|"]
-    for label in ("cold", "warm"):
+    for label in ("cold", "fill", "warm"):
         r = res.get(label) or {}
         if "error" in r or not r:
             out.append(f"| {label} | error: {r.get('error', 'not run')} | | | | |")
