@@ -227,6 +227,7 @@ def test_jit_cost_table():
     lines = jit_cost.lines(res)
     assert "| cold | 0.50 | 12.00 | 20.0 | 600x | 14.0 |" in lines
     assert "| warm | error: exit 1: boom | | | | |" in lines
+    assert "| fill | error: not run | | | | |" in lines  # the wait-mode row, missing here
 
 
 def test_checkpointing_benchmark_reports_equal_gradients_and_less_memory():
