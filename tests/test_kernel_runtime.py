@@ -238,3 +238,30 @@ def test_generated_convolutions_are_made_on_a_thread_in_the_background_mode(monk
     for t in [t for t in __import__("threading").enumerate() if t.name == "tapegrad-conv-blocked"]:
         t.join(600)
     assert key in cb._KERNELS and cb._kernel("wgrad", np.float64) is cb._KERNELS[key]
+
+
+def _plus_one(x):  # a kernel source for the test below (made, never compiled)
+    return x + 1
+
+
+@numba_only
+def test_making_a_kernel_waits_for_another_thread_setting_numbas_cache_folder():
+    """numba reads its cache folder from a global twice while attaching a cache; a thread that
+    restored it between another's two reads left that one's cache in the working directory. The
+    set-and-restore is one thread at a time: while another holds it, making a kernel waits."""
+    import threading
+
+    from tapegrad._kernels import runtime
+
+    done = threading.Event()
+
+    def make():
+        runtime.jit()(_plus_one)
+        done.set()
+
+    with runtime._CONFIG_LOCK:  # another thread between its set and its restore
+        t = threading.Thread(target=make, daemon=True)
+        t.start()
+        assert not done.wait(0.5), "a kernel was made while another thread held numba's folder"
+    assert done.wait(60)
+    t.join(60)

@@ -199,24 +199,29 @@ def jit(
     def deco(fn: Any) -> Any:
         where = cache_dir()
         config = nb.core.config
-        old = config.CACHE_DIR
-        config.CACHE_DIR = where  # read when the cache is attached, just below
-        try:
-            opts: dict[str, Any] = {"cache": True, "parallel": parallel, "fastmath": fastmath,
-                                    "nogil": True, "inline": inline}
-            if ieee or signatures is not None:
-                opts["error_model"] = "numpy"
-            # a helper inlined into its callers compiles with them; declared signatures compile
-            # up front here (small, recursive (typing needs them), or generated)
-            lazy = inline != "always" and signatures is None
+        opts: dict[str, Any] = {"cache": True, "parallel": parallel, "fastmath": fastmath,
+                                "nogil": True, "inline": inline}
+        if ieee or signatures is not None:
+            opts["error_model"] = "numpy"
+        # a helper inlined into its callers compiles with them; declared signatures compile
+        # up front here (small, recursive (typing needs them), or generated)
+        lazy = inline != "always" and signatures is None
+        # numba reads its cache folder from a global, twice while attaching a cache (a check,
+        # then the path): one thread at a time sets and restores it, or a thread restoring an
+        # empty folder between another's two reads made that one's cache a relative path (a
+        # folder in the working directory). Making a dispatcher compiles nothing: quick.
+        with _CONFIG_LOCK:
+            old = config.CACHE_DIR
+            config.CACHE_DIR = where  # read when the cache is attached, just below
             try:
-                disp = nb.njit(**opts)(fn)
-            except RuntimeError as e:  # numba's cache cannot locate the source file
-                _no_cache(fn, e)
-                opts["cache"], lazy = False, False  # compiled in this process, on first call
-                disp = nb.njit(**opts)(fn)
-        finally:
-            config.CACHE_DIR = old
+                try:
+                    disp = nb.njit(**opts)(fn)
+                except RuntimeError as e:  # numba's cache cannot locate the source file
+                    _no_cache(fn, e)
+                    opts["cache"], lazy = False, False  # compiled in this process, on first call
+                    disp = nb.njit(**opts)(fn)
+            finally:
+                config.CACHE_DIR = old
         if signatures is not None and not lazy:
             # as numba's njit(signatures): known to typing before its name is bound (a
             # recursive kernel calls itself), those types and no others
@@ -233,6 +238,7 @@ def jit(
     return deco
 
 
+_CONFIG_LOCK = threading.Lock()  # numba's config.CACHE_DIR, set around a dispatcher's making
 _PENDING, _DONE, _FAILED = "pending", "done", "failed"
 _status: dict[tuple[Any, tuple[Any, ...]], str] = {}
 
