@@ -32,6 +32,15 @@ def _times_same_shape(loss: Tensor, weight: Any, op: str) -> Tensor:
     return loss * w
 
 
+def _sum_scale(x: Tensor, reduction: str) -> float | None:
+    """The factor on the summed loss where a loss runs as one primitive ('mean': 1 / n, 'sum':
+    1), or None where it does not ('none', or an empty input)."""
+    n = x._data.size
+    if reduction not in ("mean", "sum") or not n:
+        return None
+    return 1.0 / n if reduction == "mean" else 1.0
+
+
 def _weighted_mean(loss: Tensor, weight: Any, reduction: str, op: str) -> Tensor:
     """``weight * loss`` reduced, the mean dividing by ``sum(weight)`` (PyTorch's mse/l1 rule)."""
     check_reduction(reduction, op)
@@ -58,9 +67,9 @@ def mse_loss(
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _pair(input, target, "mse_loss")
-    n = x._data.size
-    if weight is None and reduction in ("mean", "sum") and n:
-        return apply(MSE, x, t, scale=1.0 / n if reduction == "mean" else 1.0)
+    scale = _sum_scale(x, reduction)
+    if weight is None and scale is not None:
+        return apply(MSE, x, t, scale=scale)
     d = x - t
     loss = d * d
     if weight is not None:
@@ -103,9 +112,9 @@ def huber_loss(
     x, t = _pair(input, target, "huber_loss")
     if delta <= 0:
         raise ValueError(f"huber_loss: delta must be positive, got {delta}")
-    n = x._data.size
-    if weight is None and reduction in ("mean", "sum") and n:
-        return apply(HUBER, x, t, delta=float(delta), scale=1.0 / n if reduction == "mean" else 1.0)
+    scale = _sum_scale(x, reduction)
+    if weight is None and scale is not None:
+        return apply(HUBER, x, t, delta=float(delta), scale=scale)
     loss = _huber(x - t, delta)
     if weight is not None:
         loss = _times_same_shape(loss, weight, "huber_loss")
@@ -126,10 +135,9 @@ def smooth_l1_loss(
     x, t = _pair(input, target, "smooth_l1_loss")
     if beta < 0:
         raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
-    n = x._data.size
-    if beta > 0 and reduction in ("mean", "sum") and n:  # Huber over beta
-        scale = (1.0 / n if reduction == "mean" else 1.0) / beta
-        return apply(HUBER, x, t, delta=float(beta), scale=scale)
+    scale = _sum_scale(x, reduction)
+    if beta > 0 and scale is not None:  # Huber over beta
+        return apply(HUBER, x, t, delta=float(beta), scale=scale / beta)
     d = x - t
     if beta == 0:
         return reduce_loss(E.abs(d), reduction, "smooth_l1_loss")
