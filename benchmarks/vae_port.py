@@ -35,40 +35,11 @@ def _load_port():
 
 def _torch_step_fn(state: dict, batches: list[np.ndarray]):
     import torch
-    from torch import nn
-    from torch.nn import functional as F
 
-    class VAE(nn.Module):  # pytorch/examples vae/main.py
-        def __init__(self):
-            super().__init__()
-            self.fc1 = nn.Linear(784, 400)
-            self.fc21 = nn.Linear(400, 20)
-            self.fc22 = nn.Linear(400, 20)
-            self.fc3 = nn.Linear(20, 400)
-            self.fc4 = nn.Linear(400, 784)
-
-        def encode(self, x):
-            h1 = F.relu(self.fc1(x))
-            return self.fc21(h1), self.fc22(h1)
-
-        def reparameterize(self, mu, logvar):
-            std = torch.exp(0.5 * logvar)
-            eps = torch.randn_like(std)
-            return mu + eps * std
-
-        def decode(self, z):
-            h3 = F.relu(self.fc3(z))
-            return torch.sigmoid(self.fc4(h3))
-
-        def forward(self, x):
-            mu, logvar = self.encode(x.view(-1, 784))
-            z = self.reparameterize(mu, logvar)
-            return self.decode(z), mu, logvar
-
-    def loss_function(recon_x, x, mu, logvar):
-        bce = F.binary_cross_entropy(recon_x, x.view(-1, 784), reduction="sum")
-        kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
-        return bce + kld
+    if HERE not in sys.path:  # originals.py beside this file (imported as a module elsewhere)
+        sys.path.insert(0, HERE)
+    from originals import VAE  # pytorch/examples vae/main.py
+    from originals import vae_loss_function as loss_function
 
     model = VAE()
     with torch.no_grad():
