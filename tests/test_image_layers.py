@@ -261,3 +261,20 @@ def test_compiled_step_equals_the_eager_step():
     assert eager == compiled
     for a, b in zip(pe, pc, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_interpolate_references_give_c_ordered_outputs_as_the_kernels(mode):
+    """The output's layout does not depend on whether a kernel was ready: ``.numpy()`` of an
+    upsampled batch can be viewed flat (PyTorch's ``x.view(-1, 784)`` after ``from_numpy``)."""
+    from tapegrad.ops import _resize
+
+    x = np.random.default_rng(0).random((4, 1, 8, 8)).astype(np.float32)
+    ih = np.minimum(np.arange(28) * 8 // 28, 7)
+    if mode == "nearest":
+        out = _resize._nearest_np(x, ih, ih)
+    else:
+        idx = np.stack([ih, np.minimum(ih + 1, 7)])
+        wt = np.stack([np.full(28, 0.75, np.float32), np.full(28, 0.25, np.float32)])
+        out = _resize._linear_np(x, idx, wt, idx, wt)
+    assert out.shape == (4, 1, 28, 28) and out.flags["C_CONTIGUOUS"]

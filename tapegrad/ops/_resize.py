@@ -20,8 +20,10 @@ def _fold_sorted(a: Any, idx: Any, n: int, axis: int) -> Any:
     return out
 
 
+# The forward references return C-ordered arrays, as the kernels do: the output's layout does not
+# depend on whether a kernel was ready (fancy indexing leaves the gathered axes outermost in memory).
 def _nearest_np(x: Any, ih: Any, iw: Any) -> Any:
-    return x[:, :, ih[:, None], iw]
+    return np.ascontiguousarray(x[:, :, ih[:, None], iw])
 
 
 def _nearest_grad_np(g: Any, ih: Any, iw: Any, h: int, w: int) -> Any:
@@ -39,7 +41,7 @@ def _weights(idx: Any, wt: Any, n: int) -> Any:
 
 def _linear_np(x: Any, ih: Any, wh: Any, iw: Any, ww: Any) -> Any:
     t = x[:, :, ih[0]] * wh[0][:, None] + x[:, :, ih[1]] * wh[1][:, None]
-    return t[..., iw[0]] * ww[0] + t[..., iw[1]] * ww[1]
+    return np.ascontiguousarray(t[..., iw[0]] * ww[0] + t[..., iw[1]] * ww[1])
 
 
 def _linear_grad_np(g: Any, ih: Any, wh: Any, iw: Any, ww: Any, h: int, w: int) -> Any:
