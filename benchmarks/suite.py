@@ -48,7 +48,7 @@ import kernels as K  # noqa: E402
 import workloads as W  # noqa: E402
 
 # tapegrad steps/s over PyTorch eager's that the project aims for
-TARGETS = {"a": 2.0, "b": 1.25, "c": 1.2, "d": 1.1, "e": 1.1, "h": 1.0, "i": 1.0}
+TARGETS = {"a": 2.0, "b": 1.25, "c": 1.5, "d": 1.1, "e": 1.1, "h": 1.0, "i": 1.0}
 GEMM_TARGET = 0.90  # (g): tapegrad's FLOP rate over numpy's raw GEMM rate
 MEMORY_TARGET = 1.01  # peak memory per step over PyTorch's: at most equal (within 1%)
 MEMORY_FLOOR = 1 << 20  # below 1 MB on both sides a rise is page and allocator noise
