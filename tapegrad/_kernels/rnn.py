@@ -83,14 +83,13 @@ def _lstm_fwd(fn, one, gi, h0, c0, w_t, b, k, reverse, y, ws, blocks):  # type: 
     steps, n_b, n_g = gi.shape
     n_h = n_g // 4
     two = one + one
-    h = h0.copy()
-    c = c0.copy()
     gates = np.empty((n_b, n_g), gi.dtype)
     for s in range(steps):
         t = steps - 1 - s if reverse else s
-        # gates = h @ w_hh^T
-        _product(fn, one, n_b, n_g, n_h, _ptr(h, 0), _ptr(w_t, 0), _ptr(gates, 0),
-                 gi.itemsize, blocks)
+        tp = t + 1 if reverse else t - 1  # the step before: its h in y, its c in ws
+        # gates = h @ w_hh^T, h read where the step before wrote it (no state copies)
+        _product(fn, one, n_b, n_g, n_h, _ptr(h0, 0) if s == 0 else _ptr(y, tp * n_b * n_h),
+                 _ptr(w_t, 0), _ptr(gates, 0), gi.itemsize, blocks)
         for n in range(n_b):
             a, pre, x = ws[t, n], gates[n], gi[t, n]
             # every gate in one vectorised loop: sigmoid where k = 1, tanh where k = 2
@@ -101,16 +100,15 @@ def _lstm_fwd(fn, one, gi, h0, c0, w_t, b, k, reverse, y, ws, blocks):  # type: 
             # (which the compiler cannot prove distinct) it ran scalar, 5x slower
             i, f, g, o = a[:n_h], a[n_h : 2 * n_h], a[2 * n_h : 3 * n_h], a[3 * n_h : 4 * n_h]
             cw, tc = a[4 * n_h : 5 * n_h], a[5 * n_h :]
-            cr, hr, yr = c[n], h[n], y[t, n]
+            cr = c0[n] if s == 0 else ws[tp, n, 4 * n_h : 5 * n_h]
+            yr = y[t, n]
             for j in range(n_h):
                 cw[j] = f[j] * cr[j] + i[j] * g[j]
             for j in range(n_h):
                 tc[j] = two / (one + fexp(-two * cw[j])) - one
             for j in range(n_h):
                 yr[j] = o[j] * tc[j]  # o tanh(c)
-            cr[:] = cw
-            hr[:] = yr
-    y[steps] = c
+    y[steps] = ws[0 if reverse else steps - 1, :, 4 * n_h : 5 * n_h]  # the last c
 
 
 @jit(ieee=True)
