@@ -3,7 +3,8 @@
 A layer-direction's input projection ``gi = x W_ih^T + b_ih`` (T, B, G*H) is one GEMM outside;
 these kernels run the time loop: per step the hidden state's product with ``W_hh`` (numpy's
 OpenBLAS ``cblas_?gemm``, called from the loop through its address as ``bmm`` does, so no
-Python runs between steps), then every gate in one vectorised pass per row (sigmoid and tanh
+Python runs between steps; one product, or ``*_blocked``: column blocks under OpenBLAS's
+small-matrix size, ``SMALL_PRODUCT``), then every gate in one vectorised pass per row (sigmoid and tanh
 from one polynomial ``exp``, ``softmax.fexp``; calling libm's ``tanh`` per element was ten
 times slower). Forward writes the states and a workspace of what backward reads (the gate
 activations; LSTM also ``c`` and ``tanh(c)``); backward runs the steps in reverse with all
