@@ -125,6 +125,38 @@ def test_kernels_match_references(mode, dtype, reverse) -> None:
             np.testing.assert_allclose(got, want, **tol)
 
 
+@pytest.mark.parametrize("mode", FUSED)
+@pytest.mark.parametrize("shape", [(3, 20, 200), (4, 3, 5)])
+def test_column_blocks_equal_one_product(mode, shape) -> None:
+    """The per-step product in column blocks (word_language_model's 4 blocks of 200, and
+    uneven blocks of 3 and 2 columns) against the one-product kernel, both directions."""
+    if kernels_numba() is None:
+        pytest.skip("compiled kernels are not selected")
+    from tapegrad._kernels import rnn as K  # noqa: PLC0415 - imports numba
+
+    steps, batch, hidden = shape
+    rng = np.random.default_rng(3)
+    n_g = FR.GATES[mode] * hidden
+    assert K.column_blocks(batch, n_g, hidden) >= 2 and K.column_blocks(batch, hidden, n_g) >= 2
+    gi, g = rng.standard_normal((steps, batch, n_g)), rng.standard_normal((steps + 1, batch, hidden))
+    h0, c0 = rng.standard_normal((batch, hidden)), rng.standard_normal((batch, hidden))
+    w_hh, b_hh = rng.standard_normal((n_g, hidden)) * 0.1, rng.standard_normal(n_g)
+    c0 = c0 if mode == "LSTM" else None
+    op = FR.SEQ_OPS[mode]
+    one, blocked = getattr(K, op), getattr(K, op + "_blocked")
+    for reverse in (False, True):
+        want, got = one(gi, h0, c0, w_hh, b_hh, reverse), blocked(gi, h0, c0, w_hh, b_hh, reverse)
+        for w, v in zip(want, got, strict=True):
+            if w is not None:
+                np.testing.assert_allclose(v, w, rtol=1e-12, atol=1e-13)
+        y, ws = want
+        gy = g if mode == "LSTM" else g[:steps]
+        args = (gy, y, ws, h0, c0, w_hh, reverse)
+        for w, v in zip(getattr(K, op + "_grad")(*args), getattr(K, op + "_grad_blocked")(*args),
+                        strict=True):  # fmt: skip
+            np.testing.assert_allclose(v, w, rtol=1e-12, atol=1e-13)
+
+
 def _seq_fn(mode: str, reverse: bool, bias: bool):
     def f(gi, h0, *rest):
         c0 = rest[0] if mode == "LSTM" else None

@@ -67,12 +67,17 @@ def recurrent_layer(  # noqa: PLR0917
     """
     w_ih, w_hh, b_ih, b_hh = weights
     steps = x.shape[0]
-    gi = linear(x, w_ih, b_ih)  # (T, B, G*H): the input projection of every step at once
-    ins = (gi, h, c, w_hh, b_hh)
+    ins = (x, h, c, w_ih, w_hh, b_ih, b_hh)
     if len({t.dtype for t in ins if t is not None}) == 1:
-        y = apply(SEQ, *ins, mode=mode, reverse=reverse, keep=Workspace())
+        if mode != "GRU" and b_ih is not None and b_hh is not None:
+            # the gates are x W_ih^T + h W_hh^T + b_ih + b_hh: the two biases added once per
+            # step in the cell's pass (its one column sum is both gradients), not a second
+            # pass over the input projection and a second sum in backward
+            b_ih, b_hh = None, b_ih + b_hh
+        gi = linear(x, w_ih, b_ih)  # (T, B, G*H): the input projection of every step at once
+        y = apply(SEQ, gi, h, c, w_hh, b_hh, mode=mode, reverse=reverse, keep=Workspace())
     else:  # mixed dtypes promote as the ops do
-        y = composite(mode, *ins, reverse, linear)
+        y = composite(mode, linear(x, w_ih, b_ih), h, c, w_hh, b_hh, reverse, linear)
     h_last = y[0] if reverse else y[steps - 1]
     if mode == "LSTM":
         return y[:steps], h_last, y[steps]
