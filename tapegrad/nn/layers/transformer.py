@@ -16,6 +16,7 @@ from ..._dtypes import as_dtype
 from ..._tensor import Tensor, _wrap
 from .. import functional as F
 from .. import init
+from .._f_linear import linear_relu
 from .._module import Module
 from .attention import MultiheadAttention
 from .container import ModuleList
@@ -90,7 +91,11 @@ class _TransformerLayer(Module):
         return drop(out)
 
     def _ff_block(self, x: Tensor, drop: Dropout) -> Tensor:
-        return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        if self.activation is F.relu:  # linear1's bias add and the ReLU: one pass (one primitive)
+            h = linear_relu(x, self.linear1.weight, self.linear1.bias)
+        else:
+            h = self.activation(self.linear1(x))
+        return drop(self.linear2(self.dropout(h)))
 
 
 class TransformerEncoderLayer(_TransformerLayer):
