@@ -25,16 +25,18 @@ def _add_bias(y: Any, b: Any) -> None:
     dispatch("add_bias", _add_bias_np, y, b)
 
 
-def _linear_fwd(x: Any, w: Any, b: Any = None) -> Any:
-    if x.ndim == 2:  # the common case, without the reshapes
-        y = x @ w.T
-        if b is not None:
-            _add_bias(y, b)
-        return y
-    x2 = x.reshape(-1, x.shape[-1])
-    y = x2 @ w.T
+def _gemm_bias(x: Any, w: Any, b: Any) -> Any:
+    """``x @ w.T + b`` for 2-D ``x``: the product, then the bias added in place."""
+    y = x @ w.T
     if b is not None:
         _add_bias(y, b)
+    return y
+
+
+def _linear_fwd(x: Any, w: Any, b: Any = None) -> Any:
+    if x.ndim == 2:  # the common case, without the reshapes
+        return dispatch("linear_gemm", _gemm_bias, x, w, b)
+    y = dispatch("linear_gemm", _gemm_bias, x.reshape(-1, x.shape[-1]), w, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 
