@@ -115,3 +115,34 @@ def test_encoder_layer_takes_the_fused_block_with_the_same_results():
     assert grads.keys() == grads_ref.keys()
     for name, g in grads.items():
         np.testing.assert_array_equal(g, grads_ref[name], err_msg=name)
+
+
+def test_the_fused_block_still_counts_as_linear1s_call():
+    layer = tg.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0,
+                                          batch_first=True, dtype=tg.float64)
+    x = tg.tensor(RNG.standard_normal((2, 5, 16)))
+    with tg.Tape() as tape:
+        layer(x)
+    scopes = {n.prim.name: n.scope for n in tape.nodes}
+    assert scopes["nn.linear_relu"] == "linear1"  # the op is recorded in linear1's scope
+
+
+def test_a_replaced_linear1_runs_its_own_forward():
+    class Doubled(tg.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2.0
+
+    layer = tg.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0,
+                                          batch_first=True, dtype=tg.float64)
+    doubled = Doubled(16, 32, dtype=tg.float64)
+    doubled.load_state_dict(layer.linear1.state_dict())
+    x = tg.tensor(RNG.standard_normal((2, 5, 16)))
+    y_plain = layer(x).numpy()
+    layer.linear1 = doubled
+    with tg.Tape() as tape:
+        layer(x)
+    assert "nn.linear_relu" not in tape.summary()
+    y = layer(x).numpy()
+    assert not np.allclose(y, y_plain)
+    layer.activation = lambda t: F.relu(t)  # noqa: PLW0108 - the unfused spelling, as reference
+    np.testing.assert_array_equal(layer(x).numpy(), y)
