@@ -16,6 +16,7 @@ from torch_compare import compare
 import tapegrad as tg
 import tapegrad.nn.functional as F
 from tapegrad._autodiff import PRIMITIVES
+from tapegrad.nn._f_linear import linear_relu
 from tapegrad.nn._f_rnn import recurrent_layer
 from tapegrad.ops._attention import attention_qkv
 from tapegrad.testing import check_grads
@@ -713,6 +714,14 @@ def _prim_rows():
         ),
         "nn.linear": (
             F.linear,
+            [
+                tg.tensor(_rand(rng, (2, 3, 4))),
+                tg.tensor(_rand(rng, (5, 4))),
+                tg.tensor(_rand(rng, 5)),
+            ],
+        ),
+        "nn.linear_relu": (
+            linear_relu,
             [
                 tg.tensor(_rand(rng, (2, 3, 4))),
                 tg.tensor(_rand(rng, (5, 4))),

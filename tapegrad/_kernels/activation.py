@@ -17,7 +17,7 @@ from numba import prange
 from .._backend import np
 from . import jit
 from .chunks import bounds, num_threads
-from .elementwise import ALIGN, run
+from .elementwise import ALIGN, parallel, run
 
 U = np.uint64
 
@@ -78,3 +78,102 @@ def leaky_relu_grad(g: Any, y: Any, slope: float) -> Any:
 def leaky_relu_grad_op(xp: Any, g: Any, y: Any, slope: float) -> Any:
     """``leaky_relu_grad`` with the arguments of its reference (``ops._elementwise``)."""
     return leaky_relu_grad(g, y, slope)
+
+
+# --------------------------------------------------------------------------------------------
+# a linear layer followed by ReLU (``ops._linear``'s ``nn.linear_relu``): the bias add and the
+# ReLU in one pass over the product's output, in place; backward, the ReLU mask and the bias's
+# gradient (the masked gradient's column sums) in one pass over the incoming gradient
+# --------------------------------------------------------------------------------------------
+
+
+@jit()
+def _bias_relu(y, b, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows r0 to r1 of the (N, M) ``y``: ``max(y + b, 0)`` in place (no add when ``b`` is
+    empty), NaN kept and ``-0.0`` giving ``+0.0`` as ``relu``."""
+    m = y.shape[1]
+    yf = y.reshape(-1)
+    zero = yf.dtype.type(0)
+    if b.size:
+        for i in range(U(r0), U(r1)):
+            r = i * U(m)
+            for j in range(U(m)):
+                v = yf[r + j] + b[j]
+                yf[r + j] = v if v > zero or np.isnan(v) else zero
+    else:
+        for i in range(U(r0), U(r1)):
+            r = i * U(m)
+            for j in range(U(m)):
+                v = yf[r + j]
+                yf[r + j] = v if v > zero or np.isnan(v) else zero
+
+
+@jit(parallel=True)
+def _bias_relu_par(y, b):  # type: ignore[no-untyped-def]
+    p = num_threads()
+    for i in prange(p):
+        r0, r1 = bounds(y.shape[0], p, i, 1)
+        _bias_relu(y, b, r0, r1)
+
+
+def bias_relu(y: Any, b: Any) -> None:
+    """``y = max(y + b, 0)`` in place for a C-contiguous (N, M) ``y`` and an (M,) ``b`` of its
+    dtype, or None (no bias): the epilogue of a linear layer's product, one pass where the
+    bias add and ``relu`` were two (and ``relu``'s a new array)."""
+    b = y[:0, 0] if b is None else b  # empty: no bias
+    if parallel(y.size):
+        _bias_relu_par(y, b)
+    else:
+        _bias_relu(y, b, 0, y.shape[0])
+
+
+@jit()
+def _relu_bias_grad(g, y, out, db, c0, c1):  # type: ignore[no-untyped-def]
+    """Columns c0 to c1: ``out = g * (y > 0)`` and, when ``db`` is not empty, its column sums
+    row after row from the first (numpy's ``add.reduce(out, axis=0)`` order: the same bits)."""
+    n, m = g.shape
+    gf = g.reshape(-1)
+    yf = y.reshape(-1)
+    of = out.reshape(-1)
+    zero = of.dtype.type(0)
+    one = of.dtype.type(1)
+    if not db.size:
+        for i in range(U(n)):
+            r = i * U(m)
+            for j in range(U(c0), U(c1)):
+                of[r + j] = gf[r + j] * (one if yf[r + j] > zero else zero)
+        return
+    for j in range(U(c0), U(c1)):
+        db[j] = zero
+    for i in range(U(n)):
+        r = i * U(m)
+        if i == 0:
+            for j in range(U(c0), U(c1)):
+                v = gf[j] * (one if yf[j] > zero else zero)
+                of[j] = v
+                db[j] = v
+        else:
+            for j in range(U(c0), U(c1)):
+                v = gf[r + j] * (one if yf[r + j] > zero else zero)
+                of[r + j] = v
+                db[j] += v
+
+
+@jit(parallel=True)
+def _relu_bias_grad_par(g, y, out, db):  # type: ignore[no-untyped-def]
+    p = num_threads()
+    for i in prange(p):
+        c0, c1 = bounds(g.shape[1], p, i, ALIGN)
+        _relu_bias_grad(g, y, out, db, c0, c1)
+
+
+def relu_bias_grad(g: Any, y: Any, with_bias: bool) -> tuple[Any, Any]:
+    """``gp = g * (y > 0)`` for C-contiguous (N, M) ``g`` and saved output ``y``, and the bias's
+    gradient ``gp.sum(axis=0)`` (None unless ``with_bias``), in one pass over ``g``."""
+    out = np.empty_like(g)
+    db = np.empty(g.shape[1] if with_bias else 0, g.dtype)
+    if parallel(g.size):
+        _relu_bias_grad_par(g, y, out, db)
+    else:
+        _relu_bias_grad(g, y, out, db, 0, g.shape[1])
+    return out, (db if with_bias else None)

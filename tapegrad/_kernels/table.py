@@ -372,3 +372,31 @@ register("scatter_add_rows", "one pass",
 # ms against 15.1 for a loop over each window, which does not vectorise).
 register("max_pool2d_grad", "window", lambda g, x, out, geom: floats(g, x, out),
          "pool:max_pool_window_grad")
+
+
+# -- a linear layer followed by ReLU (activation.py): its epilogue and its gradient's first pass
+def _rows2(y: Any, *others: Any) -> bool:
+    return (y.ndim == 2 and floats(y, *others) and y.flags.c_contiguous
+            and all(a is None or (a.flags.c_contiguous and a.shape[-1] == y.shape[1])
+                    for a in others))
+
+
+# every size: one pass where the reference makes two (the add, then numpy's maximum)
+register("bias_relu", "loop", lambda y, b: _rows2(y, b) and (b is None or b.ndim == 1),
+         "activation:bias_relu")
+register("relu_bias_grad", "loop",
+         lambda g, ans, with_bias: _rows2(g, ans) and g.shape == ans.shape,
+         "activation:relu_bias_grad")
+
+
+# -- a linear layer's product (bmm.py): x @ w.T or (w @ x.T).T, chosen by measurement ---------
+def _linear_t_fits(x: Any, w: Any, b: Any) -> bool:
+    return (x.ndim == 2 and floats(x, w, b) and x.shape[0] >= 16 and w.flags.c_contiguous
+            and (b is None or b.flags.c_contiguous))
+
+
+# by hand (TAPEGRAD_TUNE=0): few rows and a wide layer, where it was measured faster (the
+# MLP's 128 x 784 -> 512 and 128 x 512 -> 512 at one thread; 1024 rows x 128 -> 512 lost 3x)
+register("linear_gemm", "transposed product", _linear_t_fits, "bmm:linear_t",
+         prefer=lambda x, w, b: x.shape[0] <= 256 and w.shape[0] >= 2 * x.shape[0])
+tunable("linear_gemm", reference=True)

@@ -9,26 +9,20 @@ from .._amp import lower
 from .._autodiff import apply
 from .._backend import np, xp_of
 from .._tensor import Tensor, _wrap
+from ..ops import _elementwise as E
 from ..ops import _linalg as L
 from ..ops import _reduce as R
 from ..ops import _shape as S
-from ..ops._linear import LINEAR
+from ..ops._linear import LINEAR, LINEAR_RELU
 from ..ops._take import take
 from ._f_common import float_input, same_float
 
 
-@lower
-def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
-    """``input @ weight.T + bias`` with ``weight`` (out_features, in_features), as PyTorch.
-
-    >>> import tapegrad as tg
-    >>> import tapegrad.nn.functional as F
-    >>> F.linear(tg.ones((2, 3)), tg.ones((4, 3)), tg.zeros(4)).tolist()[0]
-    [3.0, 3.0, 3.0, 3.0]
-    """
-    if isinstance(input, Tensor) and isinstance(weight, Tensor):  # the common case, checked lean
+def _plain(input: Any, weight: Any, bias: Any) -> bool:
+    """Tensors of one float dtype and matching shapes: the primitive takes them as they are."""
+    if isinstance(input, Tensor) and isinstance(weight, Tensor):
         xd, wd = input._data, weight._data
-        if (
+        return (
             xd.dtype is wd.dtype
             and xd.dtype.kind == "f"
             and wd.ndim == 2
@@ -42,8 +36,21 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
                     and bias._data.shape == (wd.shape[0],)
                 )
             )
-        ):
-            return apply(LINEAR, input, weight, bias)
+        )
+    return False
+
+
+@lower
+def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``input @ weight.T + bias`` with ``weight`` (out_features, in_features), as PyTorch.
+
+    >>> import tapegrad as tg
+    >>> import tapegrad.nn.functional as F
+    >>> F.linear(tg.ones((2, 3)), tg.ones((4, 3)), tg.zeros(4)).tolist()[0]
+    [3.0, 3.0, 3.0, 3.0]
+    """
+    if _plain(input, weight, bias):  # the common case, checked lean
+        return apply(LINEAR, input, weight, bias)
     x = float_input(input, "linear")
     w = float_input(weight, "linear", "weight")
     x, w = same_float(x, w)
@@ -68,6 +75,20 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
     return apply(LINEAR, x, w, b)
+
+
+@lower
+def linear_relu(input: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``relu(linear(input, weight, bias))``; on Tensors of one float dtype one primitive
+    (``nn.linear_relu``: the bias add and ReLU in one pass after the product).
+
+    >>> import tapegrad as tg
+    >>> linear_relu(tg.ones((2, 3)), -tg.ones((4, 3)), tg.full((4,), 5.0)).tolist()[0]
+    [2.0, 2.0, 2.0, 2.0]
+    """
+    if _plain(input, weight, bias):
+        return apply(LINEAR_RELU, input, weight, bias)
+    return E.relu(linear(input, weight, bias))
 
 
 def bilinear(input1: Any, input2: Any, weight: Any, bias: Any = None) -> Tensor:

@@ -82,13 +82,19 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._called(self.forward, *args, **kwargs)
+
+    def _called(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` as this module's call: seen by ``tg.compile``'s capture and
+        recorded in this module's scope (a layer that fuses a child's work into one primitive
+        calls the child so, and the child still counts as called)."""
         hook = call_hook()
         if hook is not None:  # tg.compile's capture: the modules a step calls
             hook(self)
         scope = _autodiff.scope_list()  # this thread's module scope
         scope.append(self._path or type(self).__name__)
         try:
-            return self.forward(*args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             scope.pop()
 

@@ -16,6 +16,7 @@ from ..._dtypes import as_dtype
 from ..._tensor import Tensor, _wrap
 from .. import functional as F
 from .. import init
+from .._f_linear import linear_relu
 from .._module import Module
 from .attention import MultiheadAttention
 from .container import ModuleList
@@ -90,7 +91,14 @@ class _TransformerLayer(Module):
         return drop(out)
 
     def _ff_block(self, x: Tensor, drop: Dropout) -> Tensor:
-        return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        lin = self.linear1
+        if self.activation is F.relu and type(lin) is Linear:
+            # linear1's product, bias add and ReLU as one primitive, still as linear1's call (a
+            # replaced or subclassed linear1 runs its own forward)
+            h = lin._called(linear_relu, x, lin.weight, lin.bias)
+        else:
+            h = self.activation(self.linear1(x))
+        return drop(self.linear2(self.dropout(h)))
 
 
 class TransformerEncoderLayer(_TransformerLayer):
