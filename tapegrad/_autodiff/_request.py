@@ -98,7 +98,9 @@ def target_seeds(
         and target._tid is not None
         and tape in target._tapes
     ):  # one scalar loss: the common case, without the general path's lists
-        return {target._tid: _wrap(np.ones_like(target._data))}
+        one = np.empty_like(target._data)  # numpy's ones_like is Python: two C calls instead
+        one.fill(1)
+        return {target._tid: _wrap(one)}
     targets = list(target) if isinstance(target, (list, tuple)) else [target]
     ogs = output_gradients if isinstance(output_gradients, (list, tuple)) else [output_gradients]
     if output_gradients is None:
