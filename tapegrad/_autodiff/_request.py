@@ -54,9 +54,18 @@ def result(
         zs = [g if (g := get(s)) is not None else _wrap(np.zeros_like(s._data)) for s in src_list]
         return zs[0] if isinstance(sources, Tensor) else type(sources)(zs)
     ts = leaves.values() if src_list is None else src_list
-    out = Gradients((t, g) for t in ts if (g := get(t)) is not None)
-    for t in ts:  # a reason for each trainable one not reached
-        if id(t) not in out._d and (src_list is None or t.requires_grad):  # type: ignore[attr-defined]
+    out = Gradients()
+    d = out._d
+    missing = []
+    for t in ts:  # one loop: no generator, no call per tensor
+        tid = t._tid
+        g = None if tid is None else results.get(tid)
+        if g is not None:
+            d[id(t)] = (t, g)
+        else:
+            missing.append(t)
+    for t in missing:  # a reason for each trainable one not reached
+        if id(t) not in d and (src_list is None or t.requires_grad):  # type: ignore[attr-defined]
             out._reasons[id(t)] = (t, NO_PATH if src_list is None else facts.reason(t))
     out._facts = facts
     if into is not None:
