@@ -54,8 +54,8 @@ def apply2(prim: Primitive, x: Tensor, y: Tensor) -> Tensor:
     if dt.kind not in "fc" and dt not in _FLOATS:
         return out  # ops with integer or bool outputs carry no gradient
     # the tapes of the inputs on a tape, and their record entries (see _record)
-    ex = x._tid
-    ey = y._tid
+    ex: Any = x._tid
+    ey: Any = y._tid
     tapes: Any = ()
     param = False
     if ex is not None:
@@ -150,7 +150,7 @@ def apply1(prim: Primitive, x: Tensor) -> Tensor:
     dt = data.dtype
     if dt.kind not in "fc" and dt not in _FLOATS:
         return out
-    ex = x._tid
+    ex: Any = x._tid
     if ex is None:
         return out
     st = STATE.__dict__
@@ -172,11 +172,11 @@ def apply1(prim: Primitive, x: Tensor) -> Tensor:
             tapes = auto
     if not tapes:
         return out
+    args: Any = None
+    versions: Any = None
     if prim.save_args:
         args = ((Saved(x) if x.__class__ is Tensor and xt else x),)
         versions = x._version
-    else:
-        args = versions = None
     scope = st["scope"]
     tid = _next_tid()
     out._tid = tid
