@@ -104,7 +104,6 @@ class SGD(Optimizer):
         # one compiled pass on float parameters (_kernels/optim.py), the same arithmetic
         dispatch("sgd", self.numpy_step, p, g, state, group)
 
-
     def _update_in_pieces(self, p: Any, g: Any, buf: Any, group: dict[str, Any]) -> None:
         """A large parameter a cache-sized piece at a time, the pieces split between threads.
 
