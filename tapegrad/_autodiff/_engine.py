@@ -58,7 +58,7 @@ def reverse_pass(
     # ``call``'s frame and the step's name cost ~10% of a small model's backward.
     direct = cap is None and not tensors and after_vjp is None
     for k in range(len(nodes) - 1, -2, -1):
-        if k + 1 in final_at:  # every op after k is passed: these leaves' gradients are final
+        if final_at and k + 1 in final_at:  # every op after k is passed: these leaves' gradients are final
             for t in final_at[k + 1]:
                 if t in grads:
                     ready[1](t, grads[t])  # type: ignore[index]

@@ -87,10 +87,15 @@ def keep(args: tuple[Any, ...]) -> tuple[Any, ...]:
         if sx or sy:
             return (Saved(x) if sx else x, Saved(y) if sy else y)
         return args
-    for x in args:
+    out = []
+    saved = False
+    for x in args:  # one loop, no comprehension (a frame of its own in Python 3.11)
         if x.__class__ is Tensor and x._tapes:
-            return tuple([Saved(x) if x.__class__ is Tensor and x._tapes else x for x in args])
-    return args
+            out.append(Saved(x))
+            saved = True
+        else:
+            out.append(x)
+    return tuple(out) if saved else args
 
 
 def _tensor_of(x: Any) -> Any:
@@ -110,7 +115,11 @@ def saved_bytes(records: Iterable[tuple[Any, ...]], seen: set[int]) -> int:
 
 
 def version_sum(args: tuple[Any, ...]) -> int:
-    return sum([x._version for x in args if isinstance(x, Tensor)])
+    v = 0
+    for x in args:
+        if isinstance(x, Tensor):
+            v += x._version
+    return v
 
 
 def saved_args(rec: Any, tensors: bool) -> tuple[Any, Any]:
@@ -126,11 +135,16 @@ def saved_args(rec: Any, tensors: bool) -> tuple[Any, Any]:
     if args is None:
         return ans, (None,) * len(rec[INPUTS])
     v = 0
+    arrays = []  # the arrays, gathered in the same loop (backward on arrays)
     for x in args:
         if x.__class__ is Saved:
             v += x.version if (t := x.ref()) is None else t._version
+            arrays.append(x.array)
         elif isinstance(x, Tensor):
             v += x._version
+            arrays.append(x._data)
+        else:
+            arrays.append(x)
     if v != rec[VERSIONS]:
         # The sum cannot say which one changed: name those no longer at version 0.
         live = [_tensor_of(x) for x in args]
@@ -138,9 +152,7 @@ def saved_args(rec: Any, tensors: bool) -> tuple[Any, Any]:
         raise _version_error(rec, changed)
     if tensors:
         return ans, [_tensor_of(x) for x in args]
-    return ans, [
-        x.array if x.__class__ is Saved else x._data if isinstance(x, Tensor) else x for x in args
-    ]
+    return ans, arrays
 
 
 def where(rec: tuple[Any, ...]) -> str:

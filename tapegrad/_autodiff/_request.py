@@ -54,9 +54,18 @@ def result(
         zs = [g if (g := get(s)) is not None else _wrap(np.zeros_like(s._data)) for s in src_list]
         return zs[0] if isinstance(sources, Tensor) else type(sources)(zs)
     ts = leaves.values() if src_list is None else src_list
-    out = Gradients((t, g) for t in ts if (g := get(t)) is not None)
-    for t in ts:  # a reason for each trainable one not reached
-        if id(t) not in out._d and (src_list is None or t.requires_grad):  # type: ignore[attr-defined]
+    out = Gradients()
+    d = out._d
+    missing = []
+    for t in ts:  # one loop: no generator, no call per tensor
+        tid = t._tid
+        g = None if tid is None else results.get(tid)
+        if g is not None:
+            d[id(t)] = (t, g)
+        else:
+            missing.append(t)
+    for t in missing:  # a reason for each trainable one not reached
+        if id(t) not in d and (src_list is None or t.requires_grad):  # type: ignore[attr-defined]
             out._reasons[id(t)] = (t, NO_PATH if src_list is None else facts.reason(t))
     out._facts = facts
     if into is not None:
@@ -98,7 +107,9 @@ def target_seeds(
         and target._tid is not None
         and tape in target._tapes
     ):  # one scalar loss: the common case, without the general path's lists
-        return {target._tid: _wrap(np.ones_like(target._data))}
+        one = np.empty_like(target._data)  # numpy's ones_like is Python: two C calls instead
+        one.fill(1)
+        return {target._tid: _wrap(one)}
     targets = list(target) if isinstance(target, (list, tuple)) else [target]
     ogs = output_gradients if isinstance(output_gradients, (list, tuple)) else [output_gradients]
     if output_gradients is None:

@@ -194,13 +194,18 @@ def is_recomputing() -> bool:
 
 # -- tapes opening and closing (called by Tape) ------------------------------------------------
 def set_recording(tape: Any, flag: bool) -> None:
+    st = STATE.__dict__  # this thread's fields: one thread-local lookup for the four uses
     tape._recording = flag
     if flag:
         tape._owner = threading.get_ident()
-        STATE.recording.add(tape)
+        st["recording"].add(tape)
     else:
-        STATE.recording.discard(tape)
-    STATE.auto = tuple(tp for tp in STATE.with_tapes if tp._recording and tp.watch_parameters)
+        st["recording"].discard(tape)
+    auto = []
+    for tp in st["with_tapes"]:
+        if tp._recording and tp.watch_parameters:
+            auto.append(tp)
+    st["auto"] = tuple(auto)
 
 
 def open_with(tape: Any) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -194,10 +193,15 @@ class Tape:
         self._check_live("Tape.gradient")
         seeds = target_seeds(self, target, output_gradients)
         src_list, module_req = source_list(sources, into)
-        check = self.detect_anomaly and self._anomaly is None  # outside the `with` block
-        with anomaly_mode() if check else contextlib.nullcontext():
-            near = [t for x in (target, output_gradients)  # what an outer tape might hold
-                    for t in (x if isinstance(x, (list, tuple)) else [x]) if isinstance(t, Tensor)]
+        near = []  # what an outer tape might hold
+        for x in (target, output_gradients):
+            for t in x if isinstance(x, (list, tuple)) else (x,):
+                if isinstance(t, Tensor):
+                    near.append(t)
+        if self.detect_anomaly and self._anomaly is None:  # outside the `with` block
+            with anomaly_mode():
+                results, leaves, facts = self._run(seeds, src_list, not module_req, on_ready, near)
+        else:
             results, leaves, facts = self._run(seeds, src_list, not module_req, on_ready, near)
         return result(sources, src_list, module_req, results, leaves, facts, into)
 
@@ -227,7 +231,8 @@ class Tape:
             keep = {tid for tid in srcs if tid not in leaves}
         free = not self.persistent
         was_recording = self._recording
-        set_recording(self, False)  # backward ops are never recorded on the tape they walk
+        if was_recording:  # backward ops are never recorded on the tape they walk
+            set_recording(self, False)
         # Another tape recording now can differentiate this pass (higher order) only if it
         # holds a target, an output gradient or a leaf of this one: then it runs on Tensors.
         me = threading.get_ident()
@@ -242,7 +247,8 @@ class Tape:
             if free:
                 self.release()
             else:
-                set_recording(self, was_recording)
+                if was_recording:
+                    set_recording(self, True)
                 self._hold_leaves()
         if not tensors:
             out = {tid: _wrap(a) for tid, a in out.items()}

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._autodiff import OUT, apply, defprim, nondiff
 from .._autodiff._expr import ANS, Elementwise, G, P, X
+from .._autodiff._fastpath import apply2
 from .._backend import np
 from .._dtypes import default_float
 from .._tensor import Tensor, _wrap
@@ -130,7 +131,8 @@ def _binary(
         if isinstance(x, Tensor) and isinstance(y, Tensor):  # Parameters too
             if x._data.dtype is not y._data.dtype:
                 x, y = operands(x, y)
-            return apply(prim, x, y)  # the hot path: two tensors of one dtype
+                return apply(prim, x, y)
+            return apply2(prim, x, y)  # the hot path: two tensors of one dtype
         if scalar is not None:
             if _float_and_number(x, y):
                 return apply(scalar, x, c=y)

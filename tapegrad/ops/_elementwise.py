@@ -14,6 +14,7 @@ from typing import Any
 from .._autodiff import OUT, PRIMITIVES, apply, defprim, nondiff
 from .._autodiff._expr import ANS, Elementwise, G, X, positive
 from .._autodiff._expr import relu as relu_expr
+from .._autodiff._fastpath import apply1
 from .._backend import np
 from .._dtypes import default_float
 from .._kernels.registry import dispatch
@@ -33,7 +34,7 @@ def _unary(
     prim = defprim(name, fwd, vjp, save, expr=expr)
 
     def op(x: Any) -> Tensor:
-        return apply(prim, as_tensor(x))
+        return apply1(prim, x if isinstance(x, Tensor) else as_tensor(x))
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc or f"Elementwise ``{name}``."

@@ -104,10 +104,6 @@ class SGD(Optimizer):
         # one compiled pass on float parameters (_kernels/optim.py), the same arithmetic
         dispatch("sgd", self.numpy_step, p, g, state, group)
 
-    def numpy_step(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
-        """The update in numpy: the reference of the compiled loop."""
-        self._update(p, g, state, group, self.tmp)
-
     def _update_in_pieces(self, p: Any, g: Any, buf: Any, group: dict[str, Any]) -> None:
         """A large parameter a cache-sized piece at a time, the pieces split between threads.
 
@@ -135,20 +131,24 @@ class SGD(Optimizer):
 
             for a in pieces[k * per : (k + 1) * per]:
                 part = {} if bf is None else {"momentum_buffer": bf[a : a + CHUNK]}
-                self._update(pf[a : a + CHUNK], gf[a : a + CHUNK], part, group, tmp)
+                self.numpy_step(pf[a : a + CHUNK], gf[a : a + CHUNK], part, group, tmp)
 
         futures = [pool.submit(run, k) for k in range(1, nt)]
         run(0)
         for f in futures:
             f.result()
 
-    def _update(
-        self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any], tmp: Any
+    def numpy_step(
+        self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any], tmp: Any = None
     ) -> None:
+        """The update in numpy (the reference of the compiled loop); scratch from ``tmp``
+        (``self.tmp`` unless given)."""
         lr, mom, wd = group["lr"], group["momentum"], group["weight_decay"]
         if not (mom or wd) and p.size <= SMALL:  # plain SGD on a small array: no scratch lookup
             p -= g * lr
             return
+        if tmp is None:
+            tmp = self.tmp
         d = self.weight_decay(p, g, group, tmp)
         s = tmp(p, 1)
         if mom:
