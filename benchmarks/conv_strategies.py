@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tapegrad._kernels import registry  # noqa: E402
-from tapegrad.nn import _f_conv as fc  # noqa: E402
+from tapegrad.ops import _conv as fc  # noqa: E402
 
 # (name, N, C, H, W, O, k, stride, padding, transposed, passes): a transposed layer's shapes
 # are those of the conv2d it inverts (input (N, C, H, W) = its output, O its input channels);
