@@ -849,6 +849,53 @@ def test_batch_norm_reads_the_batch_statistics_once_for_both_running_estimates(m
     assert calls == [x.shape]
 
 
+def _bn_step(x, bn):
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        loss = (bn(xt) ** 2).sum()
+    grads = tape.gradient(loss, [xt, bn.weight, bn.bias])
+    return [a.numpy() for a in grads] + [bn.running_mean.numpy(), bn.running_var.numpy()]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
+def test_batch_norm_statistics_are_read_once_for_forward_running_estimates_and_backward(
+        monkeypatch, shape):
+    from tapegrad._kernels import batchnorm
+
+    x = (np.random.default_rng(13).standard_normal(shape) * 3 + 2).astype(np.float32)
+    kept = []
+    stats = batchnorm.channel_stats
+    for keep in (True, False):
+        computed = []
+        monkeypatch.setattr(batchnorm, "channel_stats", lambda a: computed.append(1) or stats(a))
+        if not keep:  # nothing kept: each pass computes the statistics again
+            monkeypatch.setattr(batchnorm, "_keep", lambda x, stats: None)
+        bn = tg.nn.BatchNorm2d(shape[1])
+        kept.append(_bn_step(x, bn) + _bn_step(x, bn))
+        assert len(computed) == (0 if keep else 2)  # the running estimates' pass, each step
+    for a, b in zip(*kept, strict=True):  # the same bits either way
+        np.testing.assert_array_equal(a, b)
+    tbn = torch.nn.BatchNorm2d(shape[1])
+    for _ in range(2):
+        tbn(torch.from_numpy(x))
+    np.testing.assert_allclose(kept[0][-2], tbn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kept[0][-1], tbn.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@numba_only
+def test_batch_norm_running_estimates_never_take_statistics_of_a_batch_changed_since():
+    x = np.random.default_rng(14).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    xt = tg.tensor(x)
+    F.batch_norm(xt, None, None, training=True)  # the kernel keeps x's statistics
+    xt._data += 10.0  # the same array, changed in place
+    rm, rv = tg.zeros(3), tg.ones(3)
+    w = tg.ones(3, dtype=tg.float64)  # weights of another dtype: no primitive forward first
+    F.batch_norm(xt, rm, rv, weight=w, training=True)
+    np.testing.assert_allclose(rm.numpy(), 0.1 * (x + 10.0).mean(axis=(0, 2, 3)), rtol=1e-5)
+
+
 @numba_only
 @pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
