@@ -4,8 +4,9 @@ For each convolution layer of a program (``benchmarks/ports.py``'s full or small
 the three passes (forward, input gradient, weight gradient) runs every strategy of the table
 that fits (``_kernels/conv_table.py``), the numpy reference, and PyTorch's own pass (its
 ``convolution`` / ``convolution_backward``), alternating in every round; the table prints the
-median time of each, the fastest strategy, the one the dispatcher keeps for that key
-(measured, or the hand thresholds' with ``TAPEGRAD_TUNE=0``) and PyTorch's time over the kept
+median time of each (on one thread the CPU time, as the tuner measures), the fastest strategy,
+the one the dispatcher keeps for that key (measured, or the hand thresholds' with
+``TAPEGRAD_TUNE=0``) and PyTorch's time over the kept
 strategy's (above 1: tapegrad is faster). A transposed convolution's forward is the input
 gradient of the conv2d it inverts, its input gradient that conv2d's forward.
 
@@ -143,10 +144,18 @@ def _passes(layer: tuple[Any, ...], dtype: Any) -> list[tuple[str, str, tuple, C
     return out
 
 
+def _clock() -> Callable[[], float]:
+    """On one thread the process's CPU time (as the tuner measures: the time other programs
+    hold the core does not count), else the wall clock."""
+    one = os.environ.get("OPENBLAS_NUM_THREADS", "") == "1"
+    return time.process_time if one else time.perf_counter
+
+
 def _time(f: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+    clock = _clock()
+    t0 = clock()
     f()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def measure(layer: tuple[Any, ...], rounds: int, dtype: Any) -> list[str]:

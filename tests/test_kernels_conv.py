@@ -9,6 +9,8 @@ ones included), dilations, groups, output paddings, batch 1 and non-contiguous i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -1111,6 +1113,59 @@ def test_pointwise_needs_one_tap_or_one_window():
     assert not CT.pointwise_fits(geom(1, 3, 1, 1), 2, (1, 1, 3, 3), (x,), "conv")  # groups
     assert CT.pointwise_prefer(geom(1, 3, 2, 1), 1, (1, 1, 3, 3), (x,), "conv")  # one pixel
     assert not CT.pointwise_prefer(geom(5, 1, 2, 0), 1, (1, 1, 1, 1), (x,), "conv")
+
+
+def _out_pixels(shape, k, s, pad, d):
+    return math.prod(_conv.out_size(n, *a) for n, *a in zip(shape[2:], k, s, pad, d, strict=True))
+
+
+PIXELS_CASES = [c for c in POINTWISE_CASES if _out_pixels(c[0], *c[2:]) <= 16] + [
+    # small maps whose pixels read through several taps
+    ((3, 16, 2, 2), 24, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # ResNet's 2x2: one window
+    ((3, 8, 4, 4), 16, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 4x4 to 2x2: four windows
+    ((2, 8, 8, 8), 6, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # DCGAN's 8x8 to 4x4
+    ((2, 4, 3, 3), 5, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: a padded corner
+    ((2, 4, 1, 5), 5, (3, 3), (1, 2), ((1, 1), (0, 2)), (1, 1)),  # uneven padding
+    ((2, 4, 2, 3), 5, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1)),  # kernel wider than the map
+]
+
+
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), PIXELS_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_per_window_convolutions_equal_the_reference(shape, o, k, s, pad, d, dtype):
+    from tapegrad._kernels import conv_pixels
+
+    geom, x, w, g = _conv_case(np.random.default_rng(11), shape, o, k, s, pad, d, dtype)
+    b = np.random.default_rng(12).standard_normal(o).astype(dtype)
+    assert conv_pixels.fits(geom, 1) and not conv_pixels.fits(geom, 2)
+    for got, ref in [
+        (conv_pixels.conv(x, w, b, geom), _conv._conv2d_ref(x, w, b, geom, 1)),
+        (conv_pixels.conv(x, w, None, geom), _conv._conv2d_ref(x, w, None, geom, 1)),
+        (conv_pixels.input_grad(g, w, geom), _conv._input_grad_ref(g, w, geom, 1)),
+        (conv_pixels.weight_grad(g, x, geom, w.shape),
+         _conv._weight_grad_ref(g, x, geom, 1, w.shape)),
+    ]:
+        assert got.shape == ref.shape and got.dtype == ref.dtype and got.flags.c_contiguous
+        _close(got, ref, dtype)
+
+
+def test_per_window_groups_pixels_reading_the_same_window():
+    from tapegrad._kernels import conv_pixels
+
+    def geom(hw, k, s, p):
+        ho = _conv.out_size(hw, k, s, (p, p), 1)
+        return _conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (1, 1), (ho, ho))
+
+    # 3x3 padded by 1 on 2x2: one window (the whole input), each pixel through its four taps
+    assert conv_pixels.plan(geom(2, 3, 1, 1)) == [
+        ((0, 2, 0, 2), [(0, 1, 1), (1, 1, 0), (2, 0, 1), (3, 0, 0)])]
+    # 4x4 to 2x2 at stride 2: four windows of 2 or 3 rows and columns
+    assert [w for w, _ in conv_pixels.plan(geom(4, 3, 2, 1))] == [
+        (0, 2, 0, 2), (0, 2, 1, 3), (1, 3, 0, 2), (1, 3, 1, 3)]
+    assert not conv_pixels.fits(geom(5, 1, 1, 0), 1)  # 25 pixels: past PIXELS_MAX
+    assert CT.pixels_prefer(geom(2, 3, 1, 1), 1, (256, 256, 3, 3), (), "conv")
+    assert not CT.pixels_prefer(geom(2, 3, 1, 1), 1, (64, 64, 3, 3), (), "conv")  # narrow
+    assert not CT.pixels_prefer(geom(1, 3, 1, 1), 1, (256, 256, 3, 3), (), "conv")  # pointwise's
 
 
 @numba_only
