@@ -1127,6 +1127,7 @@ PIXELS_CASES = [c for c in POINTWISE_CASES if _out_pixels(c[0], *c[2:]) <= 16] +
     ((2, 4, 3, 3), 5, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: a padded corner
     ((2, 4, 1, 5), 5, (3, 3), (1, 2), ((1, 1), (0, 2)), (1, 1)),  # uneven padding
     ((2, 4, 2, 3), 5, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1)),  # kernel wider than the map
+    ((0, 4, 2, 2), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # an empty batch
 ]
 
 

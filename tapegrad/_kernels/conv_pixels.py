@@ -65,11 +65,11 @@ def _win(geom: Any, r0: int, a: int, c0: int, b: int) -> tuple[slice, slice]:
 
 def _x_rows(xt: Any, geom: Any, win: tuple[int, ...]) -> Any:
     """The window's input, (N, a * b * C): a view when it is the whole input."""
-    n = xt.shape[0]
+    n, c = xt.shape[0], xt.shape[3]
     if (win[1], win[3]) == (geom.in_shape[2], geom.in_shape[3]):
-        return xt.reshape(n, -1)
+        return xt.reshape(n, win[1] * win[3] * c)
     rs, cs = _win(geom, *win)
-    return xt[:, rs, cs, :].reshape(n, -1)
+    return xt[:, rs, cs, :].reshape(n, win[1] * win[3] * c)
 
 
 def _w_rows(w2: Any, pixels: list[tuple[int, int, int]], a: int, b: int) -> Any:
@@ -78,7 +78,7 @@ def _w_rows(w2: Any, pixels: list[tuple[int, int, int]], a: int, b: int) -> Any:
     out = np.empty((len(pixels), o, a, b, w2.shape[3]), dtype=w2.dtype)
     for q, (_, t0, u0) in enumerate(pixels):
         out[q] = w2[:, t0:t0 + a, u0:u0 + b, :]
-    return out.reshape(len(pixels) * o, -1)
+    return out.reshape(len(pixels) * o, a * b * w2.shape[3])
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
@@ -106,12 +106,13 @@ def input_grad(g: Any, w: Any, geom: Any) -> Any:
     added into its window."""
     n, o = g.shape[:2]
     _, c, h, wd = geom.in_shape
-    gt = np.ascontiguousarray(g.reshape(n, o, -1).transpose(0, 2, 1))  # (N, P, O)
+    p = geom.out_hw[0] * geom.out_hw[1]
+    gt = np.ascontiguousarray(g.reshape(n, o, p).transpose(0, 2, 1))  # (N, P, O)
     w2 = np.ascontiguousarray(w.astype(g.dtype, copy=False).transpose(0, 2, 3, 1))
     gx = np.zeros((n, h, wd, c), dtype=g.dtype)
     for win, pixels in plan(geom):
         idx = [p for p, _, _ in pixels]
-        gg = gt[:, idx].reshape(n, -1)  # (N, pixels * O)
+        gg = gt[:, idx].reshape(n, len(idx) * o)  # (N, pixels * O)
         part = gg @ _w_rows(w2, pixels, win[1], win[3])  # (N, a * b * C)
         rs, cs = _win(geom, *win)
         gx[:, rs, cs, :] += part.reshape(n, win[1], win[3], c)
@@ -123,12 +124,13 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: tuple[int, ...]) -> Any:
     added into the group's taps."""
     n, o = g.shape[:2]
     c = x.shape[1]
-    gt = np.ascontiguousarray(g.astype(x.dtype, copy=False).reshape(n, o, -1).transpose(0, 2, 1))
+    p = geom.out_hw[0] * geom.out_hw[1]
+    gt = np.ascontiguousarray(g.astype(x.dtype, copy=False).reshape(n, o, p).transpose(0, 2, 1))
     xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     dw2 = np.zeros((o, wshape[2], wshape[3], c), dtype=x.dtype)  # (O, kh, kw, C)
     for win, pixels in plan(geom):
         idx = [p for p, _, _ in pixels]
-        gg = gt[:, idx].reshape(n, -1)  # (N, pixels * O)
+        gg = gt[:, idx].reshape(n, len(idx) * o)  # (N, pixels * O)
         part = (gg.T @ _x_rows(xt, geom, win)).reshape(len(pixels), o, win[1], win[3], c)
         for q, (_, t0, u0) in enumerate(pixels):
             dw2[:, t0:t0 + win[1], u0:u0 + win[3], :] += part[q]
