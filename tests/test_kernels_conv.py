@@ -1147,7 +1147,8 @@ def test_per_window_convolutions_equal_the_reference(shape, o, k, s, pad, d, dty
          _conv._weight_grad_ref(g, x, geom, 1, w.shape)),
     ]:
         assert got.shape == ref.shape and got.dtype == ref.dtype and got.flags.c_contiguous
-        _close(got, ref, dtype)
+        if ref.size:  # an empty batch: empty outputs, a zero weight gradient
+            _close(got, ref, dtype)
 
 
 def test_per_window_groups_pixels_reading_the_same_window():
