@@ -92,7 +92,13 @@ def _style(n: int, side: int) -> list[tuple[Any, ...]]:
     return net + vgg
 
 
+def _mnist(n: int) -> list[tuple[Any, ...]]:
+    return [("conv1 1->32 3x3 28", n, 1, 28, 28, 32, 3, 1, 0, False, "fw"),
+            ("conv2 32->64 3x3 26", n, 32, 26, 26, 64, 3, 1, 0, False, "fiw")]
+
+
 PROGRAMS: dict[str, dict[str, Callable[[], list[tuple[Any, ...]]]]] = {
+    "mnist": {"full": lambda: _mnist(64), "small": lambda: _mnist(16)},
     "dcgan": {"full": lambda: _dcgan(64, 64), "small": lambda: _dcgan(16, 16)},
     "siamese_network": {"full": lambda: _siamese(64, 28), "small": lambda: _siamese(16, 8)},
     "fast_neural_style": {"full": lambda: _style(4, 256), "small": lambda: _style(2, 64)},
