@@ -4,8 +4,9 @@ For each convolution layer of a program (``benchmarks/ports.py``'s full or small
 the three passes (forward, input gradient, weight gradient) runs every strategy of the table
 that fits (``_kernels/conv_table.py``), the numpy reference, and PyTorch's own pass (its
 ``convolution`` / ``convolution_backward``), alternating in every round; the table prints the
-median time of each, the fastest strategy, the one the dispatcher keeps for that key
-(measured, or the hand thresholds' with ``TAPEGRAD_TUNE=0``) and PyTorch's time over the kept
+median time of each (on one thread the CPU time, as the tuner measures), the fastest strategy,
+the one the dispatcher keeps for that key (measured, or the hand thresholds' with
+``TAPEGRAD_TUNE=0``) and PyTorch's time over the kept
 strategy's (above 1: tapegrad is faster). A transposed convolution's forward is the input
 gradient of the conv2d it inverts, its input gradient that conv2d's forward.
 
@@ -31,7 +32,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tapegrad._kernels import registry  # noqa: E402
-from tapegrad.nn import _f_conv as fc  # noqa: E402
+from tapegrad.ops import _conv as fc  # noqa: E402
 
 # (name, N, C, H, W, O, k, stride, padding, transposed, passes): a transposed layer's shapes
 # are those of the conv2d it inverts (input (N, C, H, W) = its output, O its input channels);
@@ -91,7 +92,13 @@ def _style(n: int, side: int) -> list[tuple[Any, ...]]:
     return net + vgg
 
 
+def _mnist(n: int) -> list[tuple[Any, ...]]:
+    return [("conv1 1->32 3x3 28", n, 1, 28, 28, 32, 3, 1, 0, False, "fw"),
+            ("conv2 32->64 3x3 26", n, 32, 26, 26, 64, 3, 1, 0, False, "fiw")]
+
+
 PROGRAMS: dict[str, dict[str, Callable[[], list[tuple[Any, ...]]]]] = {
+    "mnist": {"full": lambda: _mnist(64), "small": lambda: _mnist(16)},
     "dcgan": {"full": lambda: _dcgan(64, 64), "small": lambda: _dcgan(16, 16)},
     "siamese_network": {"full": lambda: _siamese(64, 28), "small": lambda: _siamese(16, 8)},
     "fast_neural_style": {"full": lambda: _style(4, 256), "small": lambda: _style(2, 64)},
@@ -143,10 +150,18 @@ def _passes(layer: tuple[Any, ...], dtype: Any) -> list[tuple[str, str, tuple, C
     return out
 
 
+def _clock() -> Callable[[], float]:
+    """On one thread the process's CPU time (as the tuner measures: the time other programs
+    hold the core does not count), else the wall clock."""
+    one = os.environ.get("OPENBLAS_NUM_THREADS", "") == "1"
+    return time.process_time if one else time.perf_counter
+
+
 def _time(f: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+    clock = _clock()
+    t0 = clock()
     f()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def measure(layer: tuple[Any, ...], rounds: int, dtype: Any) -> list[str]:

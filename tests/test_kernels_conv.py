@@ -9,6 +9,8 @@ ones included), dilations, groups, output paddings, batch 1 and non-contiguous i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -849,6 +851,53 @@ def test_batch_norm_reads_the_batch_statistics_once_for_both_running_estimates(m
     assert calls == [x.shape]
 
 
+def _bn_step(x, bn):
+    xt = tg.tensor(x)
+    with tg.Tape() as tape:
+        tape.watch(xt)
+        loss = (bn(xt) ** 2).sum()
+    grads = tape.gradient(loss, [xt, bn.weight, bn.bias])
+    return [a.numpy() for a in grads] + [bn.running_mean.numpy(), bn.running_var.numpy()]
+
+
+@numba_only
+@pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
+def test_batch_norm_statistics_are_read_once_for_forward_running_estimates_and_backward(
+        monkeypatch, shape):
+    from tapegrad._kernels import batchnorm
+
+    x = (np.random.default_rng(13).standard_normal(shape) * 3 + 2).astype(np.float32)
+    kept = []
+    stats = batchnorm.channel_stats
+    for keep in (True, False):
+        computed = []
+        monkeypatch.setattr(batchnorm, "channel_stats", lambda a: computed.append(1) or stats(a))
+        if not keep:  # nothing kept: each pass computes the statistics again
+            monkeypatch.setattr(batchnorm, "_keep", lambda x, stats: None)
+        bn = tg.nn.BatchNorm2d(shape[1])
+        kept.append(_bn_step(x, bn) + _bn_step(x, bn))
+        assert len(computed) == (0 if keep else 2)  # the running estimates' pass, each step
+    for a, b in zip(*kept, strict=True):  # the same bits either way
+        np.testing.assert_array_equal(a, b)
+    tbn = torch.nn.BatchNorm2d(shape[1])
+    for _ in range(2):
+        tbn(torch.from_numpy(x))
+    np.testing.assert_allclose(kept[0][-2], tbn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kept[0][-1], tbn.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@numba_only
+def test_batch_norm_running_estimates_never_take_statistics_of_a_batch_changed_since():
+    x = np.random.default_rng(14).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    xt = tg.tensor(x)
+    F.batch_norm(xt, None, None, training=True)  # the kernel keeps x's statistics
+    xt._data += 10.0  # the same array, changed in place
+    rm, rv = tg.zeros(3), tg.ones(3)
+    w = tg.ones(3, dtype=tg.float64)  # weights of another dtype: no primitive forward first
+    F.batch_norm(xt, rm, rv, weight=w, training=True)
+    np.testing.assert_allclose(rm.numpy(), 0.1 * (x + 10.0).mean(axis=(0, 2, 3)), rtol=1e-5)
+
+
 @numba_only
 @pytest.mark.parametrize("shape", [(6, 4, 4, 4), (3, 4, 8, 8)])  # either side of SMALL_PLANE
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -1064,6 +1113,61 @@ def test_pointwise_needs_one_tap_or_one_window():
     assert not CT.pointwise_fits(geom(1, 3, 1, 1), 2, (1, 1, 3, 3), (x,), "conv")  # groups
     assert CT.pointwise_prefer(geom(1, 3, 2, 1), 1, (1, 1, 3, 3), (x,), "conv")  # one pixel
     assert not CT.pointwise_prefer(geom(5, 1, 2, 0), 1, (1, 1, 1, 1), (x,), "conv")
+
+
+def _out_pixels(shape, k, s, pad, d):
+    return math.prod(_conv.out_size(n, *a) for n, *a in zip(shape[2:], k, s, pad, d, strict=True))
+
+
+PIXELS_CASES = [c for c in POINTWISE_CASES if _out_pixels(c[0], *c[2:]) <= 16] + [
+    # small maps whose pixels read through several taps
+    ((3, 16, 2, 2), 24, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # ResNet's 2x2: one window
+    ((3, 8, 4, 4), 16, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 4x4 to 2x2: four windows
+    ((2, 8, 8, 8), 6, (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1)),  # DCGAN's 8x8 to 4x4
+    ((2, 4, 3, 3), 5, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2)),  # dilated: a padded corner
+    ((2, 4, 1, 5), 5, (3, 3), (1, 2), ((1, 1), (0, 2)), (1, 1)),  # uneven padding
+    ((2, 4, 2, 3), 5, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1)),  # kernel wider than the map
+    ((0, 4, 2, 2), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # an empty batch
+]
+
+
+@pytest.mark.parametrize(("shape", "o", "k", "s", "pad", "d"), PIXELS_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_per_window_convolutions_equal_the_reference(shape, o, k, s, pad, d, dtype):
+    from tapegrad._kernels import conv_pixels
+
+    geom, x, w, g = _conv_case(np.random.default_rng(11), shape, o, k, s, pad, d, dtype)
+    b = np.random.default_rng(12).standard_normal(o).astype(dtype)
+    assert conv_pixels.fits(geom, 1) and not conv_pixels.fits(geom, 2)
+    for got, ref in [
+        (conv_pixels.conv(x, w, b, geom), _conv._conv2d_ref(x, w, b, geom, 1)),
+        (conv_pixels.conv(x, w, None, geom), _conv._conv2d_ref(x, w, None, geom, 1)),
+        (conv_pixels.input_grad(g, w, geom), _conv._input_grad_ref(g, w, geom, 1)),
+        (conv_pixels.weight_grad(g, x, geom, w.shape),
+         _conv._weight_grad_ref(g, x, geom, 1, w.shape)),
+    ]:
+        assert got.shape == ref.shape and got.dtype == ref.dtype and got.flags.c_contiguous
+        if ref.size:  # an empty batch: empty outputs, a zero weight gradient
+            _close(got, ref, dtype)
+
+
+def test_per_window_groups_pixels_reading_the_same_window():
+    from tapegrad._kernels import conv_pixels
+
+    def geom(hw, k, s, p):
+        ho = _conv.out_size(hw, k, s, (p, p), 1)
+        return _conv.Geom((1, 1, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (1, 1), (ho, ho))
+
+    # 3x3 padded by 1 on 2x2: one window (the whole input), each pixel through its four taps
+    assert conv_pixels.plan(geom(2, 3, 1, 1)) == [
+        ((0, 2, 0, 2), [(0, 1, 1), (1, 1, 0), (2, 0, 1), (3, 0, 0)])]
+    # 4x4 to 2x2 at stride 2: four windows of 2 or 3 rows and columns
+    assert [w for w, _ in conv_pixels.plan(geom(4, 3, 2, 1))] == [
+        (0, 2, 0, 2), (0, 2, 1, 3), (1, 3, 0, 2), (1, 3, 1, 3)]
+    assert not conv_pixels.fits(geom(5, 1, 1, 0), 1)  # 25 pixels: past PIXELS_MAX
+    assert CT.pixels_prefer(geom(2, 3, 1, 1), 1, (256, 256, 3, 3), (), "conv")
+    assert not CT.pixels_prefer(geom(2, 3, 1, 1), 1, (64, 64, 3, 3), (), "conv")  # narrow
+    assert not CT.pixels_prefer(geom(1, 3, 1, 1), 1, (256, 256, 3, 3), (), "conv")  # pointwise's
 
 
 @numba_only

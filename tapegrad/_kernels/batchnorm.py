@@ -19,6 +19,8 @@ Imported only when numba is selected.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 from numba import prange
@@ -71,15 +73,19 @@ def _fwd(x, w, b, eps, out, stats, c0, c1):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _bwd(g, x, w, eps, gx, gwb, c0, c1):  # type: ignore[no-untyped-def]
-    """Channels c0 to c1."""
+def _bwd(g, x, w, eps, gx, gwb, st, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1; the forward's statistics ``st`` (2, C) where given (else (2, 0):
+    computed again)."""
     n_, c_, m = x.shape
     xf = x.reshape(-1)
     gf = g.reshape(-1)
     df = gx.reshape(-1)
     cnt = n_ * m
     for c in range(c0, c1):
-        mean, var = _stats(xf, n_, c, c_, m)
+        if st.shape[1] > 0:
+            mean, var = st[0, c], st[1, c]
+        else:
+            mean, var = _stats(xf, n_, c, c_, m)
         rstd = 1.0 / np.sqrt(var + eps)
         mu = xf.dtype.type(mean)
         sg = 0.0
@@ -167,8 +173,8 @@ def _fwd_small(x, w, b, eps, out, stats, c0, c1):  # type: ignore[no-untyped-def
 
 
 @jit(fastmath={"reassoc", "contract"})
-def _bwd_small(g, x, w, eps, gx, gwb, c0, c1):  # type: ignore[no-untyped-def]
-    """Channels c0 to c1."""
+def _bwd_small(g, x, w, eps, gx, gwb, kept, c0, c1):  # type: ignore[no-untyped-def]
+    """Channels c0 to c1; the forward's statistics ``kept`` (2, C) where given (else (2, 0))."""
     n_, c_, m = x.shape
     cm = c_ * m
     k0 = U(c0 * m)
@@ -178,8 +184,14 @@ def _bwd_small(g, x, w, eps, gx, gwb, c0, c1):  # type: ignore[no-untyped-def]
     df = gx.reshape(-1)
     cnt = n_ * m
     mean_e = np.empty(cm, x.dtype)
-    st = np.empty((2, c_), np.float64)
-    _stats_small(xf, n_, cm, c0, c1, m, mean_e, st[0], st[1])
+    if kept.shape[1] > 0:
+        st = kept
+        for c in range(c0, c1):
+            for k in range(U(c * m), U((c + 1) * m)):
+                mean_e[k] = st[0, c]
+    else:
+        st = np.empty((2, c_), np.float64)
+        _stats_small(xf, n_, cm, c0, c1, m, mean_e, st[0], st[1])
     sg = np.zeros(cm, np.float64)
     sgx = np.zeros(cm, np.float64)
     for n in range(n_):
@@ -241,19 +253,19 @@ def _fwd_small_par(x, w, b, eps, out, stats):  # type: ignore[no-untyped-def]
 
 
 @jit(parallel=True)
-def _bwd_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+def _bwd_par(g, x, w, eps, gx, gwb, st):  # type: ignore[no-untyped-def]
     p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
-        _bwd(g, x, w, eps, gx, gwb, c0, c1)
+        _bwd(g, x, w, eps, gx, gwb, st, c0, c1)
 
 
 @jit(parallel=True)
-def _bwd_small_par(g, x, w, eps, gx, gwb):  # type: ignore[no-untyped-def]
+def _bwd_small_par(g, x, w, eps, gx, gwb, st):  # type: ignore[no-untyped-def]
     p = num_threads()
     for i in prange(p):
         c0, c1 = bounds(x.shape[1], p, i, 1)
-        _bwd_small(g, x, w, eps, gx, gwb, c0, c1)
+        _bwd_small(g, x, w, eps, gx, gwb, st, c0, c1)
 
 
 def _parallel(x3: Any) -> bool:
@@ -279,20 +291,56 @@ def batch_norm(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any]:
     return out, stats
 
 
-def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool) -> tuple[Any, Any, Any]:
-    """The gradients of ``batch_norm`` for x (None unless ``need_x``), weight and bias."""
+def batch_norm_grad(g: Any, x: Any, w: Any, eps: float, need_x: bool,
+                    stats: Any = None) -> tuple[Any, Any, Any]:
+    """The gradients of ``batch_norm`` for x (None unless ``need_x``), weight and bias; with
+    ``stats``, the forward's (2, C) float64 statistics of ``x``, not computed again."""
     n, c = x.shape[:2]
     x3 = np.ascontiguousarray(x).reshape(n, c, -1)
     g3 = np.ascontiguousarray(g, dtype=x.dtype).reshape(x3.shape)
     gx = np.empty(x.shape if need_x else (0,), dtype=x.dtype)
     gwb = np.empty((2, c), dtype=np.float64)
-    args = (g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb)
+    st = np.empty((2, 0), dtype=np.float64) if stats is None else stats
+    args = (g3, x3, _vec(w, x.dtype), float(eps), gx.reshape(x3.shape) if need_x else gx, gwb,
+            st)
     small = x3.shape[2] <= SMALL_PLANE
     if _parallel(x3):
         (_bwd_small_par if small else _bwd_par)(*args)
     else:
         (_bwd_small if small else _bwd)(*args, 0, c)
     return (gx if need_x else None), gwb[0].astype(x.dtype), gwb[1].astype(x.dtype)
+
+
+# The forward's statistics, kept for the backward of the same batch (as PyTorch's
+# ``save_mean`` / ``save_invstd``) and for the running estimates' update that follows the
+# forward at once (``nn.functional.batch_norm``): each reads ``x`` twice less. Keyed by the
+# input array's identity, checked through a weak reference (a new array at a freed one's
+# address finds a dead reference), the latest KEPT batches only; the engine refuses a backward
+# whose saved input changed in place, and the running update takes only the statistics of the
+# forward just run (``_fresh``). Both passes compute the same numbers with the same code, so a
+# hit or a miss gives the same bits.
+KEPT = 256
+_kept: dict[int, tuple[Any, Any]] = {}
+_fresh = threading.local()
+
+
+def _keep(x: Any, stats: Any) -> None:
+    if len(_kept) >= KEPT:
+        try:
+            _kept.pop(next(iter(_kept)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread
+            pass
+    try:
+        _kept[id(x)] = (weakref.ref(x), stats)
+    except TypeError:  # an array type without weak references: nothing kept
+        return
+    _fresh.x = _kept[id(x)][0]
+
+
+def kept_stats(x: Any) -> Any:
+    """The (2, C) statistics ``batch_norm_y`` computed for this very array ``x``, or None."""
+    hit = _kept.get(id(x))
+    return hit[1] if hit is not None and hit[0]() is x else None
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -325,17 +373,22 @@ def channel_stats(x: Any) -> Any:
 
 # entries with the arguments of their references (nn/_f_norm.py)
 def batch_norm_y(x: Any, w: Any, b: Any, eps: float) -> Any:
-    return batch_norm(x, w, b, eps)[0]
+    y, stats = batch_norm(x, w, b, eps)
+    _keep(x, stats)
+    return y
 
 
 def batch_norm_grad_op(
     xp: Any, g: Any, x: Any, w: Any, eps: float, needs: Any
 ) -> tuple[Any, Any, Any]:
-    gx, gw, gb = batch_norm_grad(g, x, w, eps, bool(needs[0]))
+    gx, gw, gb = batch_norm_grad(g, x, w, eps, bool(needs[0]), kept_stats(x))
     return gx, (gw if needs[1] else None), (gb if needs[2] else None)
 
 
 def channel_mean_var(x: Any) -> tuple[Any, Any]:
     """Per-channel mean and biased variance (float64) of ``x`` (N, C, ...)."""
-    st = channel_stats(x)
+    fresh, _fresh.x = getattr(_fresh, "x", None), None
+    st = kept_stats(x) if fresh is not None and fresh() is x else None
+    if st is None:
+        st = channel_stats(x)
     return st[0], st[1]

@@ -4,16 +4,17 @@ weight gradient, each with where it fits, where the hand thresholds prefer it, a
 ``table.py`` registers these for the three operations the conv primitives dispatch
 (``conv2d``, ``conv2d_input_grad``, ``conv2d_weight_grad``; ``nn/_f_conv.py`` keeps the numpy
 im2col + GEMM reference), in the order the hand thresholds try them: pointwise (one live tap
-or one window: a GEMM with no columns), direct (stride 1, few channels), fused Winograd,
-register-blocked, Winograd through GEMMs, pixel-major im2col + GEMM. The three operations are tunable with the
+or one window: a GEMM with no columns), one GEMM per input window on maps of a few pixels
+(``conv_pixels``), direct (stride 1, few channels), fused Winograd, register-blocked,
+Winograd through GEMMs, pixel-major im2col + GEMM. The three operations are tunable with the
 reference among the alternatives: the dispatcher times the ones that fit a new shape and keeps
 the fastest (``registry``); ``TAPEGRAD_TUNE=0`` leaves the choice to the thresholds below, each
 written beside the measurement that set it. A ``fits`` says what a kernel computes correctly
 (and bounds the slow corners a measurement would pay for); ``_direct``, ``_fused``, ... (the
 ``prefer`` side) return the kernel module where the thresholds choose it, else None.
 
-This module imports numpy only; the kernel modules are imported by the entries and the
-preferences, which run only when numba is selected.
+This module imports numpy only (``conv_pixels`` too is numpy only); the kernel modules are
+imported by the entries and the preferences, which run only when numba is selected.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from .. import _kernels as _K
 from .._backend import np
+from . import conv_pixels  # numpy only, as this module
 
 COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
@@ -367,6 +369,38 @@ def pointwise_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[
     return dw
 
 
+# Output pixels (2 up to this many), and channel pairs from PIXELS_CHANNELS, for which the hand
+# thresholds take one GEMM per input window (conv_pixels.py; the tuner measures every map up
+# to its PIXELS_MAX). ResNet-18 on 28x28 digits, batch 64, CPU ms on one thread (AMD EPYC Zen 4,
+# alternating in one process: benchmarks/conv_strategies.py), forward / input gradient / weight
+# gradient: 256 -> 256 on 2x2 maps 3.4 / 2.9 / 3.0 against the fused Winograd kernels' 3.4 /
+# 3.2 / 3.7 (PyTorch 2.8 / 2.6 / 4.5); 128 -> 256 stride 2 from 4x4 2.3 / 2.1 / 2.0 against
+# the pixel-major GEMM's 2.6 / 2.2 / 2.4 (PyTorch 1.9 / 2.6 / 2.7). On 8x8 digits (batch 16)
+# the 64 -> 64 layer on 2x2 maps is faster pixel-major (0.1 against 0.2 ms).
+PIXELS_PREFER = 4
+PIXELS_CHANNELS = 128 * 128
+
+
+def pixels_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    return conv_pixels.fits(geom, groups) and _K.usable(*arrays)
+
+
+def pixels_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    return 1 < _pixels(geom) <= PIXELS_PREFER and wshape[0] * wshape[1] >= PIXELS_CHANNELS
+
+
+def pixels_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
+    return conv_pixels.conv(x, w, b, geom)
+
+
+def pixels_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
+    return conv_pixels.input_grad(g, w, geom)
+
+
+def pixels_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
+    return conv_pixels.weight_grad(g, x, geom, wshape)
+
+
 # --------------------------------------------------------------------------------------------
 # the table: each strategy's fits and preference for the three passes, and its entries
 # --------------------------------------------------------------------------------------------
@@ -431,7 +465,7 @@ def pixel_major_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str)
 
 # the strategies in the order the hand thresholds try them, and the three passes (the
 # operation each dispatches)
-STRATEGIES = ("pointwise", "direct", "fused", "blocked", "winograd", "pixel_major")
+STRATEGIES = ("pointwise", "pixels", "direct", "fused", "blocked", "winograd", "pixel_major")
 PASSES = {"conv2d": "conv", "conv2d_input_grad": "input_grad",
           "conv2d_weight_grad": "weight_grad"}
 

@@ -161,12 +161,16 @@ def batch_norm(
                 f"batch_norm: expected more than 1 value per channel when training, got input "
                 f"shape {x.shape}"
             )
-        if running_mean is not None or running_var is not None:
-            _update_running(x, running_mean, running_var, momentum, n)
+        track = running_mean is not None or running_var is not None
         w = None if weight is None else float_input(weight, "batch_norm", "weight")
         b = None if bias is None else float_input(bias, "batch_norm", "bias")
         if all(t is None or t.dtype == x.dtype for t in (w, b)):
-            return apply(BATCH_NORM, x, w, b, eps=float(eps))
+            out = apply(BATCH_NORM, x, w, b, eps=float(eps))
+            if track:  # after the forward: its compiled kernel's statistics serve the update
+                _update_running(x, running_mean, running_var, momentum, n, fresh=True)
+            return out
+        if track:
+            _update_running(x, running_mean, running_var, momentum, n)
         y, _ = _standardize(x, axes, eps)
         return _affine(y, weight, bias, shape, "batch_norm")
     if running_mean is None or running_var is None:
@@ -181,9 +185,10 @@ def batch_norm(
 
 
 def _update_running(
-    x: Any, running_mean: Any, running_var: Any, momentum: float, n: int
+    x: Any, running_mean: Any, running_var: Any, momentum: float, n: int, fresh: bool = False
 ) -> None:
-    """The in-place running-statistics update from the batch ``x`` (never recorded)."""
+    """The in-place running-statistics update from the batch ``x`` (never recorded);
+    ``fresh``: batch norm's primitive has just normalised ``x``."""
     if momentum is None:
         raise ValueError(
             "batch_norm: momentum=None (a cumulative average) is computed by the BatchNorm "
@@ -192,10 +197,10 @@ def _update_running(
     with no_grad():
         if running_mean is not None:
             apply(RUNNING_MEAN, running_mean, x, momentum=momentum,
-                  share=running_var is not None)
+                  share=running_var is not None, fresh=fresh)
             running_mean._version += 1
         if running_var is not None:
-            apply(RUNNING_VAR, running_var, x, momentum=momentum, n=n)
+            apply(RUNNING_VAR, running_var, x, momentum=momentum, n=n, fresh=fresh)
             running_var._version += 1
 
 

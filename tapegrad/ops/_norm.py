@@ -177,21 +177,29 @@ def _batch_stats_np(x: Any) -> tuple[Any, Any]:
 
 # The running mean's update keeps its batch statistics for the running variance's, which
 # follows at once on the same batch (``share``): one pass over the batch for both, not two.
+# ``fresh``: the update follows batch norm's forward on this very batch at once, whose compiled
+# kernel kept the statistics (``_kernels/batchnorm.py``); otherwise the statistics are computed
+# from a view of ``x``, which no kept entry names.
 _shared = threading.local()
 
 
-def _running_mean_fwd(rm: Any, x: Any, momentum: float, share: bool = False) -> Any:
-    stats = batch_stats(x)
+def _batch_stats_of(x: Any, fresh: bool) -> tuple[Any, Any]:
+    return batch_stats(x if fresh else x[...])
+
+
+def _running_mean_fwd(rm: Any, x: Any, momentum: float, share: bool = False,
+                      fresh: bool = False) -> Any:
+    stats = _batch_stats_of(x, fresh)
     if share:
         _shared.stats = (x, stats)
     rm[...] = (1.0 - momentum) * rm + momentum * stats[0].astype(rm.dtype)
     return rm
 
 
-def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int) -> Any:
+def _running_var_fwd(rv: Any, x: Any, momentum: float, n: int, fresh: bool = False) -> Any:
     kept = getattr(_shared, "stats", None)
     _shared.stats = None
-    _, var = kept[1] if kept is not None and kept[0] is x else batch_stats(x)
+    _, var = kept[1] if kept is not None and kept[0] is x else _batch_stats_of(x, fresh)
     var = var * (n / (n - 1))  # unbiased, for the running estimate
     rv[...] = (1.0 - momentum) * rv + momentum * var.astype(rv.dtype)
     return rv
