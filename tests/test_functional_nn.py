@@ -636,6 +636,25 @@ def test_sdpa_causal(lq, ls):
     )
 
 
+@pytest.mark.parametrize("lq,ls", [(4, 4), (4, 6), (6, 4)])
+def test_sdpa_causal_composed_path_is_one_softmax(lq, ls):
+    # 5-D inputs take the composition (as dropout does): a causal row always keeps its first
+    # key, so one softmax primitive serves it; the result and gradients are PyTorch's
+    rng = np.random.default_rng(43)
+    arrays = [a[None] for a in _qkv(rng, lq, ls)]
+    compare(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True),
+        arrays,
+    )
+    q, k, v = (tg.tensor(a) for a in arrays)
+    with tg.Tape() as tape:
+        tape.watch(q)
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ops = tape.summary()
+    assert "softmax" in ops and "exp" not in ops
+
+
 def test_sdpa_bool_mask_with_a_fully_masked_row_gives_zeros():
     rng = np.random.default_rng(41)
     mask = rng.random((3, 4, 6)) > 0.4

@@ -72,11 +72,9 @@ def scaled_dot_product_attention(
     if dropout_p == 0.0 and _one_pass_fits(q, k, v, attn_mask):
         return _fused(q, k, v, attn_mask, is_causal, sc)
     s = L.matmul(q, S.swapaxes(k, -1, -2)) * sc  # (..., L, S)
-    masked = False
     if is_causal:
         causal = np.tril(np.ones((n_l, n_s), dtype=bool))
         s = BI.where(_wrap(xp_of(s._data).asarray(causal)), s, -math.inf)
-        masked = True
     if attn_mask is not None:
         mask = attn_mask if isinstance(attn_mask, Tensor) else _wrap(np.asarray(attn_mask))
         try:
@@ -90,8 +88,9 @@ def scaled_dot_product_attention(
             s = BI.where(mask, s, -math.inf)
         else:
             s = s + S.astype(mask, s.dtype)
-        masked = True
-    p = safe_softmax(s) if masked else SM.softmax(s, axis=-1)
+    # only an attn_mask can mask a whole row (a causal row always keeps its first key): a plain
+    # softmax (one primitive) serves the others, the zero-safe composition only those
+    p = safe_softmax(s) if attn_mask is not None else SM.softmax(s, axis=-1)
     if dropout_p > 0.0:
         p = dropout(p, dropout_p, training=True)
     return L.matmul(p, v)
