@@ -231,21 +231,18 @@ def _grad_fits(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bo
     return _c_floats(g, y, ws, h0, c0, w_hh) and y.shape[0] > 0
 
 
-def _seq_large(gi: Any, h0: Any, c0: Any, w_hh: Any, b_hh: Any, reverse: bool) -> bool:
-    # the per-step product (B, H) @ (H, G*H) past OpenBLAS's small-matrix size (rnn.py)
+def _per_step_large(h0: Any, w_hh: Any) -> bool:
+    # the per-step product (B, H) @ (H, G*H) past OpenBLAS's small-matrix size (rnn.SMALL_PRODUCT)
     return h0.shape[0] * w_hh.shape[0] * w_hh.shape[1] > 100**3
 
 
-def _grad_large(g: Any, y: Any, ws: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool) -> bool:
-    return h0.shape[0] * w_hh.shape[0] * w_hh.shape[1] > 100**3
-
-
-# the per-step product in column blocks, or as one: measured per shape (rnn.SMALL_PRODUCT)
+# the per-step product in column blocks, or as one: measured per shape
 for _op in ("lstm_seq", "gru_seq", "rnn_tanh_seq", "rnn_relu_seq"):
-    register(_op, "numba, column blocks", _seq_fits, f"rnn:{_op}_blocked", prefer=_seq_large)
+    register(_op, "numba, column blocks", _seq_fits, f"rnn:{_op}_blocked",
+             prefer=lambda gi, h0, c0, w_hh, b_hh, reverse: _per_step_large(h0, w_hh))
     register(_op, "numba", _seq_fits, f"rnn:{_op}")
     register(_op + "_grad", "numba, column blocks", _grad_fits, f"rnn:{_op}_grad_blocked",
-             prefer=_grad_large)
+             prefer=lambda g, y, ws, h0, c0, w_hh, reverse: _per_step_large(h0, w_hh))
     register(_op + "_grad", "numba", _grad_fits, f"rnn:{_op}_grad")
     tunable(_op)
     tunable(_op + "_grad")
