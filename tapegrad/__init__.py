@@ -11,6 +11,7 @@
 from typing import Any
 
 from . import (
+    _array_cache,
     _dtypes,
     _inspect,  # noqa: F401  (binds Tape.summary, to_dot, render, explain)
     _malloc,
@@ -26,6 +27,7 @@ from . import (
 )
 from ._amp import autocast
 from ._anomaly import AnomalyError, detect_anomaly
+from ._array_cache import empty_cache, memory_stats
 from ._autodiff import (
     Gradients,
     MissingGradientError,
@@ -92,6 +94,7 @@ from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
 
 _malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TUNE_MALLOC=0)
+_array_cache.install()  # large array blocks reused at the same size (see _array_cache.py)
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)

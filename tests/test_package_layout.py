@@ -29,7 +29,7 @@ OVER_BUDGET = {
 # A group is a top-level module or package of tapegrad.
 LAYERS = [
     ("backend", {"_version", "_backend"}),  # the one module that imports numpy or cupy
-    ("foundation", {"_dtypes", "_threads", "_malloc"}),
+    ("foundation", {"_dtypes", "_threads", "_malloc", "_array_cache"}),
     ("kernels", {"_kernels"}),  # numba loops over arrays: no Tensor, no tape
     ("tensor", {"_tensor"}),
     ("engine", {"_autodiff"}),

@@ -1,0 +1,143 @@
+"""tapegrad's array cache (tapegrad/_array_cache.py): large freed blocks serve the next array of
+their size, never more kept than the program's peak, with numpy's allocator a switch away."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad import _array_cache
+
+MIB = 1 << 20
+_core = getattr(np, "_core", None) or np.core
+handler_name = _core.multiarray.get_handler_name
+
+needs_cache = pytest.mark.skipif(_array_cache._state is None,
+                                 reason="the array cache is off in this process")
+
+
+def _run(code: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "TAPEGRAD_"))}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 or env.get("EXPECT_FAIL"), out.stderr
+    return (out.stdout + out.stderr).strip()
+
+
+def _check_bound(stats: dict[str, int]) -> None:
+    assert stats["kept_bytes"] + stats["live_bytes"] <= stats["peak_bytes"], stats
+
+
+def test_on_by_default_and_switches():
+    code = ("import numpy as np, tapegrad as tg; core = getattr(np, '_core', None) or np.core; "
+            "print(core.multiarray.get_handler_name())")
+    assert _run(code) == "tapegrad"
+    assert _run(code, TAPEGRAD_ARRAY_CACHE="0") == "default_allocator"
+    assert _run(code, TAPEGRAD_TUNE_MALLOC="0") == "default_allocator"
+    out = _run("import tapegrad", TAPEGRAD_ARRAY_CACHE="lots", EXPECT_FAIL="1")
+    assert "TAPEGRAD_ARRAY_CACHE='lots'" in out and "MiB" in out
+
+
+def test_cap_in_mib():
+    code = ("import numpy as np, tapegrad as tg; a = np.ones(4 << 20, np.uint8); b = np.ones(1 << "
+            "20, np.uint8); del a, b; print(tg.memory_stats()['kept_bytes'])")
+    assert int(_run(code, TAPEGRAD_ARRAY_CACHE="2")) == 1 << 20  # the 4 MiB block was not kept
+    assert int(_run(code)) == 5 << 20
+
+
+def test_off_stats_are_zero():
+    code = "import tapegrad as tg; tg.empty_cache(); print(sorted(tg.memory_stats().values()))"
+    assert _run(code, TAPEGRAD_ARRAY_CACHE="0") == "[0, 0, 0, 0, 0, 0]"
+
+
+@needs_cache
+def test_freed_block_serves_the_next_array_of_its_size():
+    assert handler_name(np.empty(3 * MIB)) == "tapegrad"
+    a = np.ones(3 * MIB // 8 + 5)  # not a whole number of pages: rounded up
+    where = a.ctypes.data
+    del a
+    before = tg.memory_stats()
+    b = np.zeros(3 * MIB // 8 + 1)  # the same number of pages, through calloc
+    assert b.ctypes.data == where
+    assert not b.any()  # a kept block is cleared for np.zeros
+    assert tg.memory_stats()["hits"] == before["hits"] + 1
+    c = np.empty(3 * MIB // 8 + 1)
+    assert c.ctypes.data != where  # b still holds it
+    small = np.ones(1000)  # under 1 MiB: malloc's
+    assert handler_name(small) == "tapegrad"
+    kept = tg.memory_stats()["kept_bytes"]
+    del small
+    assert tg.memory_stats()["kept_bytes"] == kept
+    _check_bound(tg.memory_stats())
+
+
+@needs_cache
+def test_kept_plus_live_never_exceeds_the_peak():
+    tg.empty_cache()
+    s0 = tg.memory_stats()
+    first = [np.ones(2 * MIB + i * 4096, np.uint8) for i in range(8)]
+    del first  # kept: 8 blocks
+    assert tg.memory_stats()["kept_bytes"] >= 16 * MIB
+    second = [np.ones(3 * MIB + i * 4096, np.uint8) for i in range(8)]  # other sizes
+    s1 = tg.memory_stats()
+    _check_bound(s1)
+    assert s1["evictions"] > s0["evictions"]  # the first sizes made room
+    assert all((x == 1).all() for x in second)
+    del second
+    tg.empty_cache()
+    assert tg.memory_stats()["kept_bytes"] == 0
+
+
+@needs_cache
+def test_random_allocations_keep_their_contents():
+    """Arrays made, resized and freed in a random order (sizes around the 1 MiB line and
+    sharing pages) each keep their own contents: no block is ever handed out twice."""
+    rng = np.random.default_rng(0)
+    live: dict[int, np.ndarray] = {}
+    sizes = [MIB - 8, MIB, MIB + 8, 2 * MIB - 4096, 2 * MIB, 5 * MIB + 100, 40 * MIB]
+    for step in range(600):
+        op = rng.integers(4)
+        if len(live) > 24:
+            op = 2
+        if op < 2 or not live:
+            n = int(rng.choice(sizes)) + int(rng.integers(0, 3)) * 8
+            maker = np.zeros if op == 0 else np.empty
+            a = maker(n // 8)
+            if maker is np.zeros:
+                assert not a.any()
+            a.fill(step)
+            live[step] = a
+        elif op == 2:
+            del live[int(rng.choice(list(live)))]
+        else:  # grow or shrink in place (realloc), across the 1 MiB line
+            k = int(rng.choice(list(live)))
+            a = live.pop(k)
+            a.resize(int(rng.choice(sizes)) // 8, refcheck=False)
+            a.fill(k)
+            live[k] = a
+        _check_bound(tg.memory_stats())
+    for k, a in live.items():
+        assert (a == k).all()
+
+
+@needs_cache
+def test_other_threads_keep_numpys_allocator():
+    box: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: box.append(np.ones(2 * MIB)))
+    t.start()
+    t.join()
+    assert handler_name(box.pop()) == "default_allocator"
+    box.append(np.ones(2 * MIB))
+    assert handler_name(box[0]) == "tapegrad"
+    before = tg.memory_stats()["kept_bytes"]
+    t = threading.Thread(target=box.clear)  # ours, freed in another thread: kept all the same
+    t.start()
+    t.join()
+    assert tg.memory_stats()["kept_bytes"] == before + 2 * MIB * 8
+    _check_bound(tg.memory_stats())
