@@ -18,7 +18,8 @@ blocks kept never exceed the most the program ever had alive at once. A steady t
 sizes change (a new batch size, an evaluation pass) keeps no more memory than its peak.
 ``tapegrad.empty_cache()`` frees every kept block; ``TAPEGRAD_ARRAY_CACHE=0`` (or
 ``TAPEGRAD_TUNE_MALLOC=0``) before importing tapegrad keeps numpy's own allocator, and
-``TAPEGRAD_ARRAY_CACHE=<MiB>`` caps what is kept.
+``TAPEGRAD_ARRAY_CACHE=<MiB>`` caps what is kept. Blocks under 1 KiB are kept as numpy's own
+allocator keeps them (up to 7 of each size in bytes), so small ops cost what they did.
 
 The four functions numpy calls are a few dozen lines of LLVM IR compiled once at import with
 llvmlite (numba's code generator; about 40 ms): numpy calls them with the GIL held, so the
@@ -39,10 +40,13 @@ import numpy as np
 
 MIN = 1 << 20  # blocks below 1 MiB stay with malloc (its own bins reuse them cheaply)
 SLOTS, DEPTH = 256, 64  # sizes kept, blocks kept per size
+SMALL, SMALL_DEPTH = 1024, 7  # blocks under 1 KiB: 7 kept per size in bytes (numpy's own rule)
 # State words: 0 kept bytes, 1 cap, 2 MIN, 3 hits, 4 misses, 5 SLOTS, 6 DEPTH, 7 live bytes,
 # 8 high-water mark of live bytes, 9 blocks freed to make room; slot s at 16 + s * (DEPTH + 2):
-# its size, how many blocks it holds, the blocks.
+# its size, how many blocks it holds, the blocks; then, for each size under SMALL bytes, how many
+# blocks of it are kept and the blocks (SMALL_DEPTH + 1 words).
 _HEAD = 16
+_SMALL_AT = _HEAD + SLOTS * (DEPTH + 2)
 
 _IR = r"""
 declare ptr @malloc(i64)
@@ -205,8 +209,56 @@ count:
   ret void
 }
 
+; blocks under SMALL bytes: numpy's default allocator keeps SMALL_DEPTH of each size, so
+; does this one (a small array's malloc and free are a good part of a small op)
+define internal ptr @small_take(ptr %s, i64 %size) alwaysinline {
+entry:
+  %o = mul i64 %size, STRIDE_SMALL
+  %b = add i64 %o, SMALL_AT
+  %c = call i64 @get(ptr %s, i64 %b)
+  %none = icmp eq i64 %c, 0
+  br i1 %none, label %miss, label %pop
+pop:
+  %c1 = sub i64 %c, 1
+  call void @put(ptr %s, i64 %b, i64 %c1)
+  %pi0 = add i64 %b, 1
+  %pi = add i64 %pi0, %c1
+  %p = call i64 @get(ptr %s, i64 %pi)
+  %r = inttoptr i64 %p to ptr
+  ret ptr %r
+miss:
+  ret ptr null
+}
+define internal i1 @small_keep(ptr %s, i64 %size, ptr %p) alwaysinline {
+entry:
+  %o = mul i64 %size, STRIDE_SMALL
+  %b = add i64 %o, SMALL_AT
+  %c = call i64 @get(ptr %s, i64 %b)
+  %full = icmp uge i64 %c, SMALL_DEPTH
+  br i1 %full, label %no, label %keep
+keep:
+  %pi0 = add i64 %b, 1
+  %pi = add i64 %pi0, %c
+  %pv = ptrtoint ptr %p to i64
+  call void @put(ptr %s, i64 %pi, i64 %pv)
+  %c1 = add i64 %c, 1
+  call void @put(ptr %s, i64 %b, i64 %c1)
+  ret i1 1
+no:
+  ret i1 0
+}
+
 define ptr @tg_malloc(ptr %s, i64 %size) {
 entry:
+  %tiny = icmp ult i64 %size, SMALL
+  br i1 %tiny, label %cached, label %sized
+cached:
+  %q = call ptr @small_take(ptr %s, i64 %size)
+  %qmiss = icmp eq ptr %q, null
+  br i1 %qmiss, label %plain, label %qhit
+qhit:
+  ret ptr %q
+sized:
   %min = call i64 @get(ptr %s, i64 2)
   %small = icmp ult i64 %size, %min
   br i1 %small, label %plain, label %big
@@ -238,10 +290,21 @@ entry:
   %m = call {i64, i1} @llvm.umul.with.overflow.i64(i64 %nelem, i64 %elsize)
   %size = extractvalue {i64, i1} %m, 0
   %ov = extractvalue {i64, i1} %m, 1
+  br i1 %ov, label %plain, label %sized
+sized:
+  %tiny = icmp ult i64 %size, SMALL
+  br i1 %tiny, label %cached, label %medium
+cached:
+  %q = call ptr @small_take(ptr %s, i64 %size)
+  %qmiss = icmp eq ptr %q, null
+  br i1 %qmiss, label %plain, label %qhit
+qhit:
+  call void @llvm.memset.p0.i64(ptr %q, i8 0, i64 %size, i1 0)
+  ret ptr %q
+medium:
   %min = call i64 @get(ptr %s, i64 2)
   %small = icmp ult i64 %size, %min
-  %libc = or i1 %ov, %small
-  br i1 %libc, label %plain, label %big
+  br i1 %small, label %plain, label %big
 plain:
   %r = call ptr @calloc(i64 %nelem, i64 %elsize)
   ret ptr %r
@@ -283,6 +346,12 @@ entry:
   %null = icmp eq ptr %p, null
   br i1 %null, label %done, label %some
 some:
+  %tiny = icmp ult i64 %size, SMALL
+  br i1 %tiny, label %cached, label %sized
+cached:
+  %q = call i1 @small_keep(ptr %s, i64 %size, ptr %p)
+  br i1 %q, label %done, label %plain
+sized:
   %min = call i64 @get(ptr %s, i64 2)
   %small = icmp ult i64 %size, %min
   br i1 %small, label %plain, label %big
@@ -324,7 +393,8 @@ plain:
 done:
   ret void
 }
-""".replace("HEAD", str(_HEAD))
+""".replace("SMALL_AT", str(_SMALL_AT)).replace("STRIDE_SMALL", str(SMALL_DEPTH + 1)).replace(
+    "SMALL_DEPTH", str(SMALL_DEPTH)).replace("SMALL", str(SMALL)).replace("HEAD", str(_HEAD))
 
 _NAMES = ("tg_malloc", "tg_calloc", "tg_realloc", "tg_free", "tg_evict")
 
@@ -407,7 +477,7 @@ def install() -> bool:
         addresses = _compile()
     except Exception:  # no llvmlite, or no native target: numpy's allocator stays
         return False
-    state = np.zeros(_HEAD + SLOTS * (DEPTH + 2), np.int64)
+    state = np.zeros(_SMALL_AT + SMALL * (SMALL_DEPTH + 1), np.int64)
     state[1], state[2], state[5], state[6] = cap, MIN, SLOTS, DEPTH
     handler = _Handler(b"tapegrad", 1, _Allocator(
         state.ctypes.data, *(addresses[n] for n in ("tg_malloc", "tg_calloc", "tg_realloc",

@@ -69,11 +69,16 @@ def test_freed_block_serves_the_next_array_of_its_size():
     assert tg.memory_stats()["hits"] == before["hits"] + 1
     c = np.empty(3 * MIB // 8 + 1)
     assert c.ctypes.data != where  # b still holds it
-    small = np.ones(1000)  # under 1 MiB: malloc's
-    assert handler_name(small) == "tapegrad"
+    medium = np.ones(1000)  # under 1 MiB: malloc's
+    assert handler_name(medium) == "tapegrad"
     kept = tg.memory_stats()["kept_bytes"]
-    del small
+    del medium
     assert tg.memory_stats()["kept_bytes"] == kept
+    tiny = np.ones(37, np.uint8)  # under 1 KiB: kept by its size in bytes, as numpy does
+    where = tiny.ctypes.data
+    del tiny
+    again = np.zeros(37, np.uint8)
+    assert again.ctypes.data == where and not again.any()
     _check_bound(tg.memory_stats())
 
 
@@ -111,7 +116,7 @@ def test_random_allocations_keep_their_contents():
     sharing pages) each keep their own contents: no block is ever handed out twice."""
     rng = np.random.default_rng(0)
     live: dict[int, np.ndarray] = {}
-    sizes = [MIB - 8, MIB, MIB + 8, 2 * MIB - 4096, 2 * MIB, 5 * MIB + 100, 40 * MIB]
+    sizes = [8, 24, 1016, 4096, MIB - 8, MIB, MIB + 8, 2 * MIB - 4096, 2 * MIB, 5 * MIB + 100, 40 * MIB]
     for step in range(600):
         op = rng.integers(4)
         if len(live) > 24:
