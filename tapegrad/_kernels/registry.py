@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NotReady", "Impl", "register", "tunable", "dispatch", "implementations", "tuning"]
+__all__ = ["NotReady", "Impl", "SMALLEST", "register", "tunable", "dispatch", "implementations", "tuning"]
 
 
 class NotReady(Exception):  # noqa: N818 - a signal, not an error
@@ -95,11 +95,19 @@ _ACTIVE: list[dict[str, list[Impl]] | None] = [None]
 REFERENCE = "reference"  # the name a measured choice gives the reference
 
 
+# op -> the fewest elements of the first argument that an implementation of it takes (0 where
+# one declares no ``min_size``): a caller of a small hot op (an SGD step on a bias, a ReLU)
+# runs the reference itself below it, without the dispatcher's frame and the ``fits`` calls
+SMALLEST: dict[str, int] = {}
+
+
 def register(op: str, name: str, fits: Callable[..., bool], run: str,
-             prefer: Callable[..., bool] | None = None) -> Impl:
+             prefer: Callable[..., bool] | None = None, min_size: int = 0) -> Impl:
     """Declare ``run`` (``"module:function"``) as an implementation of ``op`` where ``fits``;
     where nothing is measured, implementations registered earlier are preferred, each only
-    where its ``prefer`` (a hand threshold, None: everywhere it fits) holds."""
+    where its ``prefer`` (a hand threshold, None: everywhere it fits) holds. ``min_size``:
+    ``fits`` is false whenever the first argument has fewer elements (``SMALLEST``)."""
+    SMALLEST[op] = min(SMALLEST.get(op, min_size), min_size)
     if ":" not in run:
         raise ValueError(f"register({op!r}, {name!r}): run must be 'module:function', got {run!r}")
     if name == REFERENCE:
@@ -212,7 +220,7 @@ def _threads() -> tuple[int, bool]:
 def key(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The key a measured choice is kept under: the operation, the kernels' thread count (and
     whether numpy's BLAS shares their pool), each argument's ``_sig``."""
-    return (op, _threads(), tuple(_sig(a) for a in args))
+    return (op, _threads(), tuple(map(_sig, args)))  # map: no generator frame per call
 
 
 def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],
