@@ -64,12 +64,14 @@ class Tape:
 
     # -- opening and closing --------------------------------------------------------------------
     def __enter__(self) -> Tape:
-        self._check_live("Tape")
+        if self._released:
+            self._check_live("Tape")
         if self._in_with:
             raise RuntimeError("Tape: this tape is already open in a `with` block")
         self._used_with = True
         open_with(self)
-        self._hold_leaves()
+        if self._leaves:  # (most tapes watch only parameters: nothing to hold)
+            self._hold_leaves()
         if self.detect_anomaly:
             self._anomaly = anomaly_mode()
             self._anomaly.__enter__()
@@ -77,7 +79,8 @@ class Tape:
 
     def __exit__(self, *exc: Any) -> None:
         close(self)
-        self._hold_leaves()
+        if self._leaves:
+            self._hold_leaves()
         if self._anomaly is not None:
             mode, self._anomaly = self._anomaly, None
             mode.__exit__(*exc)
@@ -190,7 +193,8 @@ class Tape:
         >>> tape.gradient(y, x, output_gradients=tg.tensor([1.0, 10.0])).tolist()
         [3.0, 30.0]
         """
-        self._check_live("Tape.gradient")
+        if self._released:
+            self._check_live("Tape.gradient")
         seeds = target_seeds(self, target, output_gradients)
         src_list, module_req = source_list(sources, into)
         near = []  # what an outer tape might hold

@@ -211,9 +211,15 @@ def _sig(a: Any) -> Any:
     return t.__name__
 
 
-def _threads() -> tuple[int, bool]:
-    from . import threads  # noqa: PLC0415 - numba is selected when anything is measured
+_THREADS: list[Any] = []  # the threads module, imported on first use
 
+
+def _threads() -> tuple[int, bool]:
+    if not _THREADS:  # not `from . import` at each call: a Python-level import step per call
+        from . import threads  # noqa: PLC0415 - numba is selected when anything is measured
+
+        _THREADS.append(threads)
+    threads = _THREADS[0]
     return threads.count(), threads.active()
 
 

@@ -105,7 +105,8 @@ sigmoid = _unary(
 
 
 def _relu(x: Any) -> Any:
-    return np.maximum(x, 0).astype(x.dtype, copy=False)
+    y = np.maximum(x, 0)
+    return y if y.dtype is x.dtype else y.astype(x.dtype)  # bool -> int64 back to bool
 
 
 def _relu_fwd(x: Any) -> Any:
