@@ -1,4 +1,4 @@
-"""The size gate before the dispatcher: ``SMALLEST[op]`` is the fewest elements any
+"""The dispatcher's fast paths. The size gate: ``SMALLEST[op]`` is the fewest elements any
 implementation of ``op`` takes, so a caller below it may run the reference itself."""
 
 from __future__ import annotations
@@ -56,3 +56,11 @@ def test_small_ops_below_the_gate_match_the_reference():
     before = x.numpy().copy()
     opt.step(tg.Gradients([(x, g)]))
     assert np.array_equal(x.numpy(), before - 0.5 * g.numpy())
+
+
+def test_the_key_written_out_is_the_sig_of_each_argument():
+    a = np.zeros((4, 6), np.float32)
+    args = (a, a.T, None, 3, (1, (2, 3)), np.zeros(5, np.int64)[::2])
+    k = registry.key("op", args)
+    assert k == ("op", registry._threads(), tuple(registry._sig(x) for x in args))
+    assert repr(k) == repr(("op", registry._threads(), tuple(map(registry._sig, args))))

@@ -17,6 +17,8 @@ from ._record import INPUTS, OUT_DTYPE, OUT_SHAPE, OUT_TID, Node, saved_bytes
 from ._request import check_sources, result, source_list, target_seeds
 from ._state import anomaly_mode, close, is_recording, open_with, set_recording
 
+_new_tensor = Tensor.__new__
+
 
 class Tape:
     """Records the ops that run while it is open; ``gradient`` walks the record backwards.
@@ -255,7 +257,10 @@ class Tape:
                     set_recording(self, True)
                 self._hold_leaves()
         if not tensors:
-            out = {tid: _wrap(a) for tid, a in out.items()}
+            for tid, a in out.items():  # _wrap written out: no frame per gradient
+                t = _new_tensor(Tensor)
+                t._data, t._tapes, t._tid, t._version = a, (), None, 0
+                out[tid] = t
         return out, leaves, facts
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:

@@ -48,6 +48,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 __all__ = ["NotReady", "Impl", "SMALLEST", "register", "tunable", "dispatch", "implementations", "tuning"]
 
 
@@ -153,7 +155,7 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
     active = _ACTIVE[0]
     impls = (active if active is not None else _activate()).get(op)
     if impls:
-        if op in _TUNABLE and tuning():
+        if op in _TUNABLE and (tuning() if _TUNE[0] is None else _TUNE[0]):
             return _measured(op, impls, reference, args)
         for impl in impls:
             if impl.fits(*args) and (impl.prefer is None or impl.prefer(*args)):
@@ -212,6 +214,7 @@ def _sig(a: Any) -> Any:
 
 
 _THREADS: list[Any] = []  # the threads module, imported on first use
+_NDARRAY = np.ndarray
 
 
 def _threads() -> tuple[int, bool]:
@@ -226,7 +229,13 @@ def _threads() -> tuple[int, bool]:
 def key(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The key a measured choice is kept under: the operation, the kernels' thread count (and
     whether numpy's BLAS shares their pool), each argument's ``_sig``."""
-    return (op, _threads(), tuple(map(_sig, args)))  # map: no generator frame per call
+    sig = []
+    for a in args:  # _sig written out for numpy arrays and None: no frame each
+        if a.__class__ is _NDARRAY:
+            sig.append(("numpy", a.shape, a.dtype.str, a.strides))
+        else:
+            sig.append(None if a is None else _sig(a))
+    return (op, _threads(), tuple(sig))
 
 
 def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],

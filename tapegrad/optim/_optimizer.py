@@ -221,11 +221,17 @@ class Optimizer:
             )
         work = []
         missing = []
+        # a Gradients read by identity without its get() frame per parameter
+        d = grads._d if type(grads) is Gradients else None
         for group in self.param_groups:
             for p in group["params"]:
                 if not getattr(p, "requires_grad", True):
                     continue
-                g = grads.get(p)
+                if d is not None:
+                    e = d.get(id(p))
+                    g = None if e is None else e[1]
+                else:
+                    g = grads.get(p)
                 if g is None:
                     if not allow_missing:
                         missing.append(p)
