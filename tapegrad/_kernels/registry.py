@@ -229,7 +229,7 @@ def _threads() -> tuple[int, bool]:
 def key(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The key a measured choice is kept under: the operation, the kernels' thread count (and
     whether numpy's BLAS shares their pool), each argument's ``_sig``."""
-    sig = []
+    sig: list[Any] = []
     for a in args:  # _sig written out for numpy arrays and None: no frame each
         if a.__class__ is _NDARRAY:
             sig.append(("numpy", a.shape, a.dtype.str, a.strides))
