@@ -25,7 +25,7 @@ def needed_tids(nodes: list[Any], sources: set[int]) -> set[int]:
     for rec in nodes:
         if rec is not None and rec[OUT_TID] not in needed:
             for e in rec[INPUTS]:
-                if e is not None and input_tid(e) in needed:
+                if e is not None and (e if type(e) is int else e._tid) in needed:  # input_tid
                     needed.add(rec[OUT_TID])
                     break
     return needed

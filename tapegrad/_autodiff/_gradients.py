@@ -27,7 +27,7 @@ class TapeFacts:
         self.leaf_tids = frozenset(leaves)
         self.watch_parameters = tape.watch_parameters
         self.with_style = tape._used_with
-        self.watched = frozenset(id(t) for t in tape._leaves.values())
+        self.watched = frozenset(map(id, tape._leaves.values()))
 
     def reason(self, t: Tensor) -> str:
         if t._is_param and not t.requires_grad and id(t) not in self.watched:  # type: ignore[attr-defined]

@@ -17,6 +17,8 @@ from ._record import INPUTS, OUT_DTYPE, OUT_SHAPE, OUT_TID, Node, saved_bytes
 from ._request import check_sources, result, source_list, target_seeds
 from ._state import anomaly_mode, close, is_recording, open_with, set_recording
 
+_new_tensor = Tensor.__new__
+
 
 class Tape:
     """Records the ops that run while it is open; ``gradient`` walks the record backwards.
@@ -64,12 +66,14 @@ class Tape:
 
     # -- opening and closing --------------------------------------------------------------------
     def __enter__(self) -> Tape:
-        self._check_live("Tape")
+        if self._released:
+            self._check_live("Tape")
         if self._in_with:
             raise RuntimeError("Tape: this tape is already open in a `with` block")
         self._used_with = True
         open_with(self)
-        self._hold_leaves()
+        if self._leaves:  # (most tapes watch only parameters: nothing to hold)
+            self._hold_leaves()
         if self.detect_anomaly:
             self._anomaly = anomaly_mode()
             self._anomaly.__enter__()
@@ -77,7 +81,8 @@ class Tape:
 
     def __exit__(self, *exc: Any) -> None:
         close(self)
-        self._hold_leaves()
+        if self._leaves:
+            self._hold_leaves()
         if self._anomaly is not None:
             mode, self._anomaly = self._anomaly, None
             mode.__exit__(*exc)
@@ -190,7 +195,8 @@ class Tape:
         >>> tape.gradient(y, x, output_gradients=tg.tensor([1.0, 10.0])).tolist()
         [3.0, 30.0]
         """
-        self._check_live("Tape.gradient")
+        if self._released:
+            self._check_live("Tape.gradient")
         seeds = target_seeds(self, target, output_gradients)
         src_list, module_req = source_list(sources, into)
         near = []  # what an outer tape might hold
@@ -251,7 +257,10 @@ class Tape:
                     set_recording(self, True)
                 self._hold_leaves()
         if not tensors:
-            out = {tid: _wrap(a) for tid, a in out.items()}
+            for tid, a in out.items():  # _wrap written out: no frame per gradient
+                t = _new_tensor(Tensor)
+                t._data, t._tapes, t._tid, t._version = a, (), None, 0
+                out[tid] = t
         return out, leaves, facts
 
     def _scan(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Tensor]]:

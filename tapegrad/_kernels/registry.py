@@ -48,7 +48,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NotReady", "Impl", "register", "tunable", "dispatch", "implementations", "tuning"]
+import numpy as np
+
+__all__ = ["NotReady", "Impl", "SMALLEST", "register", "tunable", "dispatch", "implementations", "tuning"]
 
 
 class NotReady(Exception):  # noqa: N818 - a signal, not an error
@@ -95,11 +97,19 @@ _ACTIVE: list[dict[str, list[Impl]] | None] = [None]
 REFERENCE = "reference"  # the name a measured choice gives the reference
 
 
+# op -> the fewest elements of the first argument that an implementation of it takes (0 where
+# one declares no ``min_size``): a caller of a small hot op (an SGD step on a bias, a ReLU)
+# runs the reference itself below it, without the dispatcher's frame and the ``fits`` calls
+SMALLEST: dict[str, int] = {}
+
+
 def register(op: str, name: str, fits: Callable[..., bool], run: str,
-             prefer: Callable[..., bool] | None = None) -> Impl:
+             prefer: Callable[..., bool] | None = None, min_size: int = 0) -> Impl:
     """Declare ``run`` (``"module:function"``) as an implementation of ``op`` where ``fits``;
     where nothing is measured, implementations registered earlier are preferred, each only
-    where its ``prefer`` (a hand threshold, None: everywhere it fits) holds."""
+    where its ``prefer`` (a hand threshold, None: everywhere it fits) holds. ``min_size``:
+    ``fits`` is false whenever the first argument has fewer elements (``SMALLEST``)."""
+    SMALLEST[op] = min(SMALLEST.get(op, min_size), min_size)
     if ":" not in run:
         raise ValueError(f"register({op!r}, {name!r}): run must be 'module:function', got {run!r}")
     if name == REFERENCE:
@@ -145,7 +155,7 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
     active = _ACTIVE[0]
     impls = (active if active is not None else _activate()).get(op)
     if impls:
-        if op in _TUNABLE and tuning():
+        if op in _TUNABLE and (tuning() if _TUNE[0] is None else _TUNE[0]):
             return _measured(op, impls, reference, args)
         for impl in impls:
             if impl.fits(*args) and (impl.prefer is None or impl.prefer(*args)):
@@ -203,16 +213,29 @@ def _sig(a: Any) -> Any:
     return t.__name__
 
 
-def _threads() -> tuple[int, bool]:
-    from . import threads  # noqa: PLC0415 - numba is selected when anything is measured
+_THREADS: list[Any] = []  # the threads module, imported on first use
+_NDARRAY = np.ndarray
 
+
+def _threads() -> tuple[int, bool]:
+    if not _THREADS:  # not `from . import` at each call: a Python-level import step per call
+        from . import threads  # noqa: PLC0415 - numba is selected when anything is measured
+
+        _THREADS.append(threads)
+    threads = _THREADS[0]
     return threads.count(), threads.active()
 
 
 def key(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The key a measured choice is kept under: the operation, the kernels' thread count (and
     whether numpy's BLAS shares their pool), each argument's ``_sig``."""
-    return (op, _threads(), tuple(_sig(a) for a in args))
+    sig: list[Any] = []
+    for a in args:  # _sig written out for numpy arrays and None: no frame each
+        if a.__class__ is _NDARRAY:
+            sig.append(("numpy", a.shape, a.dtype.str, a.strides))
+        else:
+            sig.append(None if a is None else _sig(a))
+    return (op, _threads(), tuple(sig))
 
 
 def _measured(op: str, impls: list[Impl], reference: Callable[..., Any],

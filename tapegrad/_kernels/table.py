@@ -58,23 +58,25 @@ def flat_floats(p: Any, *arrays: Any) -> bool:
 
 
 # -- elementwise activations (elementwise.py, activation.py) ----------------------------------
+_ACT_MIN = 1 << 12  # from here the loop's call costs less than numpy's extra pass (activation
+# benchmarks, benchmarks/kernels.py)
+_ACT_GRAD_MIN = 1 << 13  # one pass without a boolean mask; below, numba's dispatch costs what
+# the pass saves
+
+
 def _act(x: Any, *_: Any) -> bool:
-    # above 4096 elements the loop's call costs less than numpy's extra pass (activation
-    # benchmarks, benchmarks/kernels.py)
-    return x.size >= 1 << 12 and floats(x) and x.flags.c_contiguous
+    return x.size >= _ACT_MIN and floats(x) and x.flags.c_contiguous
 
 
 def _act_grad(g: Any, ans: Any, *_: Any) -> bool:
-    # one pass without a boolean mask; below 8192 elements numba's dispatch costs what the
-    # pass saves
-    return (g.size >= 1 << 13 and floats(g, ans) and g.shape == ans.shape
+    return (g.size >= _ACT_GRAD_MIN and floats(g, ans) and g.shape == ans.shape
             and g.flags.c_contiguous and ans.flags.c_contiguous)
 
 
 
-register("relu", "loop", _act, "elementwise:relu")
+register("relu", "loop", _act, "elementwise:relu", min_size=_ACT_MIN)
 register("leaky_relu", "loop", _act, "elementwise:leaky_relu")
-register("relu_grad", "loop", _act_grad, "activation:relu_grad")
+register("relu_grad", "loop", _act_grad, "activation:relu_grad", min_size=_ACT_GRAD_MIN)
 register("leaky_relu_grad", "loop", lambda xp, g, ans, slope: _act_grad(g, ans),
          "activation:leaky_relu_grad_op")
 
@@ -128,13 +130,15 @@ register("binary_cross_entropy_grad", "loop",
 
 
 # -- linear's bias (elementwise.py) --------------------------------------------------------
+_ADD_BIAS_MIN = 16384  # below, numba's dispatch costs what the loop saves
+
+
 def _add_bias(y: Any, b: Any) -> bool:
-    # from 16384 elements: below, numba's dispatch costs what the loop saves
-    return (y.size >= 16384 and y.ndim == 2 and b.ndim == 1 and floats(y, b)
+    return (y.size >= _ADD_BIAS_MIN and y.ndim == 2 and b.ndim == 1 and floats(y, b)
             and y.flags.c_contiguous and b.flags.c_contiguous)
 
 
-register("add_bias", "loop", _add_bias, "elementwise:add_rows")
+register("add_bias", "loop", _add_bias, "elementwise:add_rows", min_size=_ADD_BIAS_MIN)
 
 
 # -- layer norm, batch norm (layernorm.py, batchnorm.py) --------------------------------------
@@ -197,24 +201,27 @@ register("conv_bias_grad", "planes", floats, "conv:channel_sum")
 
 
 # -- optimizers (optim.py) --------------------------------------------------------------------
+_OPTIM_MIN = 4096  # Adam's and SGD's loops (below)
+
+
 def _adam(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
     # from 4096 elements: one pass where numpy makes nine, bit for bit the same; below,
     # numba's dispatch costs more than it saves
-    return (not group["amsgrad"] and p.size >= 4096
+    return (not group["amsgrad"] and p.size >= _OPTIM_MIN
             and flat_floats(p, g, state["exp_avg"], state["exp_avg_sq"]))
 
 
-register("adam", "loop", _adam, "optim:adam_step")
+register("adam", "loop", _adam, "optim:adam_step", min_size=_OPTIM_MIN)
 
 
 def _sgd(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> bool:
     # from 4096 elements, as Adam's loop: one pass where numpy makes up to four, bit for bit
     # the same; the optimizer's threaded pieces take parameters over 1M elements first
-    return p.size >= 4096 and flat_floats(p, g, *(
+    return p.size >= _OPTIM_MIN and flat_floats(p, g, *(
         [] if state.get("momentum_buffer") is None else [state["momentum_buffer"]]))
 
 
-register("sgd", "loop", _sgd, "optim:sgd_step")
+register("sgd", "loop", _sgd, "optim:sgd_step", min_size=_OPTIM_MIN)
 
 
 # -- recurrent layers (rnn.py): a layer-direction's whole sequence, forward and backward ------

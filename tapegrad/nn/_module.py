@@ -21,10 +21,11 @@ from typing import Any, NamedTuple
 
 from .. import _autodiff
 from .. import _backend as B
+from .._autodiff import scope_list
 from .._backend import np
 from .._dtypes import as_dtype
 from .._tensor import Parameter, Tensor, _wrap
-from ._hooks import call_hook, structure, structure_changed
+from ._hooks import _ON_CALL, call_hook, structure, structure_changed
 from ._state_dict import IncompatibleKeys, as_numbers, fresh_copy, keys_message
 
 # the modules whose repr is being built (a cycle prints as "Name(...)")
@@ -82,7 +83,16 @@ class Module:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._called(self.forward, *args, **kwargs)
+        # ``_called(self.forward, ...)`` written out: two frames per layer call, not four
+        hook = _ON_CALL[0]
+        if hook is not None:  # tg.compile's capture: the modules a step calls
+            hook(self)
+        scope = scope_list()  # this thread's module scope
+        scope.append(self._path or type(self).__name__)
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            scope.pop()
 
     def _called(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` as this module's call: seen by ``tg.compile``'s capture and

@@ -17,7 +17,7 @@ from .._autodiff._expr import relu as relu_expr
 from .._autodiff._fastpath import apply1
 from .._backend import np
 from .._dtypes import default_float
-from .._kernels.registry import dispatch
+from .._kernels.registry import SMALLEST, dispatch
 from .._tensor import Tensor, _wrap
 from . import _special
 from ._binary import where
@@ -105,10 +105,13 @@ sigmoid = _unary(
 
 
 def _relu(x: Any) -> Any:
-    return np.maximum(x, 0).astype(x.dtype, copy=False)
+    y = np.maximum(x, 0)
+    return y if y.dtype is x.dtype else y.astype(x.dtype)  # bool -> int64 back to bool
 
 
 def _relu_fwd(x: Any) -> Any:
+    if x.size < SMALLEST.get("relu", 0):  # too small for any kernel: no dispatcher
+        return _relu(x)
     return dispatch("relu", _relu, x)
 
 
@@ -117,6 +120,8 @@ def _relu_grad(g: Any, ans: Any) -> Any:
 
 
 def _relu_vjp(xp: Any, g: Any, ans: Any, x: Any) -> Any:
+    if g.size < SMALLEST.get("relu_grad", 0):
+        return _relu_grad(g, ans)
     return dispatch("relu_grad", _relu_grad, g, ans)
 
 

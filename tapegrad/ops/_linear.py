@@ -8,7 +8,7 @@ from typing import Any
 from .._autodiff import OUT, Joint, apply, defprim
 from .._autodiff._expr import Elementwise, G, X, call, sum_rows
 from .._backend import np
-from .._kernels.registry import dispatch
+from .._kernels.registry import SMALLEST, dispatch
 
 # --------------------------------------------------------------------------------------------
 # linear: a fused primitive (x @ w.T + b in one call: the transpose, product and bias add would
@@ -29,7 +29,10 @@ def _gemm_bias(x: Any, w: Any, b: Any) -> Any:
     """``x @ w.T + b`` for 2-D ``x``: the product, then the bias added in place."""
     y = x @ w.T
     if b is not None:
-        _add_bias(y, b)
+        if y.size < SMALLEST.get("add_bias", 0):  # too small for any kernel: no dispatcher
+            y += b
+        else:
+            _add_bias(y, b)
     return y
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import _backend as B
 from .._backend import np
-from .._kernels.registry import dispatch
+from .._kernels.registry import SMALLEST, dispatch
 from ._optimizer import Optimizer
 
 
@@ -87,6 +87,9 @@ class Adam(Optimizer):
 
     def apply_single(self, p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] += 1
+        if p.size < SMALLEST.get("adam", 0):  # too small for any kernel: no dispatcher
+            self.numpy_step(p, g, state, group)
+            return
         # one compiled pass on large float parameters (_kernels/optim.py), the same arithmetic
         dispatch("adam", self.numpy_step, p, g, state, group)
 

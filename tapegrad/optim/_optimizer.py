@@ -221,11 +221,17 @@ class Optimizer:
             )
         work = []
         missing = []
+        # a Gradients read by identity without its get() frame per parameter
+        d = grads._d if type(grads) is Gradients else None
         for group in self.param_groups:
             for p in group["params"]:
                 if not getattr(p, "requires_grad", True):
                     continue
-                g = grads.get(p)
+                if d is not None:
+                    e = d.get(id(p))
+                    g = None if e is None else e[1]
+                else:
+                    g = grads.get(p)
                 if g is None:
                     if not allow_missing:
                         missing.append(p)
@@ -239,8 +245,17 @@ class Optimizer:
                 work.append((p, ga, group))
         if missing:
             self._raise_missing(missing, grads)
-        for p, ga, group in work:
-            self.update_one(p, ga, group)
+        if _ON_UPDATE[0] is not None:
+            for p, ga, group in work:
+                self.update_one(p, ga, group)
+            return
+        state, apply_single = self.state, self.apply_single
+        for p, ga, group in work:  # update_one written out: one frame less per parameter
+            st = state.get(p)
+            if st is None:
+                st = state[p] = self.init_single(p._data, group)
+            apply_single(p._data, ga, st, group)
+            p._version += 1
 
     def update_one(self, p: Tensor, g: Any, group: dict[str, Any]) -> None:
         """Update one parameter in place from its gradient array ``g`` (of ``p``'s shape), by

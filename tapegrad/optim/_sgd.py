@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._backend import np
-from .._kernels.registry import dispatch
+from .._kernels.registry import SMALLEST, dispatch
 from ._optimizer import Optimizer
 
 if TYPE_CHECKING:  # the pool is made on first use: no thread machinery at import time
@@ -100,6 +100,9 @@ class SGD(Optimizer):
             and (buf is None or buf.flags.c_contiguous)
         ):
             self._update_in_pieces(p, g, buf, group)
+            return
+        if p.size < SMALLEST.get("sgd", 0):  # too small for any kernel: no dispatcher
+            self.numpy_step(p, g, state, group)
             return
         # one compiled pass on float parameters (_kernels/optim.py), the same arithmetic
         dispatch("sgd", self.numpy_step, p, g, state, group)
