@@ -97,7 +97,14 @@ def _mnist(n: int) -> list[tuple[Any, ...]]:
             ("conv2 32->64 3x3 26", n, 32, 26, 26, 64, 3, 1, 0, False, "fiw")]
 
 
+def _clip(n: int) -> list[tuple[Any, ...]]:
+    """The image side of make bench's (e) (examples/multimodal.py's CLIP on 8x8 images)."""
+    return [("conv1 1->16 3x3 p1 8", n, 1, 8, 8, 16, 3, 1, 1, False, "fw"),
+            ("conv2 16->32 3x3 p1 8", n, 16, 8, 8, 32, 3, 1, 1, False, "fiw")]
+
+
 PROGRAMS: dict[str, dict[str, Callable[[], list[tuple[Any, ...]]]]] = {
+    "clip": {"full": lambda: _clip(128), "small": lambda: _clip(32)},
     "mnist": {"full": lambda: _mnist(64), "small": lambda: _mnist(16)},
     "dcgan": {"full": lambda: _dcgan(64, 64), "small": lambda: _dcgan(16, 16)},
     "siamese_network": {"full": lambda: _siamese(64, 28), "small": lambda: _siamese(16, 8)},

@@ -595,6 +595,7 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(11)
     geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
@@ -623,9 +624,42 @@ def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
     _only_3x3_stride_1_single_group(CT._fused, geom, x, (64, 32, 3, 3))
 
 
+def test_fused_input_gradient_is_preferred_from_32_input_channels():
+    x = np.zeros((2, 16, 8, 8), np.float32)
+    geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
+    # CLIP's 16 -> 32: the blocked kernels' input gradient is the hand thresholds' choice
+    assert not CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "input_grad")
+    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "conv")
+    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "weight_grad")
+    assert CT.fused_prefer(geom, 1, (16, 32, 3, 3), (), "input_grad")
+
+
+@numba_only
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_permutes_equal_numpys_transposes(monkeypatch, parallel, dtype):
+    from tapegrad._kernels import conv  # noqa: PLC0415
+
+    monkeypatch.setattr(conv, "PERMUTE_MIN", 0 if parallel else 1 << 62)
+    rng = np.random.default_rng(3)
+    for shape in [(1, 1, 1, 1), (3, 5, 2, 3), (17, 33, 3, 3), (48, 20, 4, 4)]:
+        w = rng.standard_normal(shape).astype(dtype)
+        tco = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+        otc = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+        for order, a, perm in [("oct->tco", w, (2, 3, 1, 0)), ("oct->toc", w, (2, 3, 0, 1)),
+                               ("oct->otc", w, (0, 2, 3, 1)), ("tco->oct", tco, (3, 2, 0, 1)),
+                               ("otc->oct", otc, (0, 3, 1, 2))]:
+            got = conv.permute_weights(a[::1], order)
+            assert got.flags.c_contiguous and got.dtype == dtype
+            np.testing.assert_array_equal(got, a.transpose(perm))
+        with pytest.raises(ValueError, match="unknown order"):
+            conv.permute_weights(w, "oct->cot")
+
+
 @numba_only
 def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     geom, x, w, g = _strided_case(np.random.default_rng(12), 16, 32)
     assert CT._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
@@ -636,6 +670,7 @@ def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
 def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o,
                                                                         p):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
+    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(13)
     x = rng.standard_normal(shape)

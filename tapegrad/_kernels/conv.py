@@ -222,3 +222,79 @@ def channel_sum(g: Any) -> Any:
 def pack_groups(g: Any, groups: int) -> Any:
     """``pack`` as (G, O/G, n * Ho * Wo), the GEMM layout (the reference's arguments)."""
     return pack(g).reshape(groups, g.shape[1] // groups, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# the weights' permutes: tiled transposes, in chunks of tiles on numba's threads
+# --------------------------------------------------------------------------------------------
+
+TILE = 16  # a tile's rows and columns: 16 float32 are one cache line
+
+
+@jit()
+def _transpose_k(a, out, t0, t1):  # type: ignore[no-untyped-def]
+    """Tiles t0 to t1 (counted over (batch, row tile, column tile)) of out[b, s, r] = a[b, r, s]."""
+    _, r_, s_ = a.shape
+    tr = (r_ + TILE - 1) // TILE
+    ts = (s_ + TILE - 1) // TILE
+    af = a.reshape(-1)
+    of = out.reshape(-1)
+    for t in range(t0, t1):
+        b = t // (tr * ts)
+        r0 = (t // ts) % tr * TILE
+        s0 = t % ts * TILE
+        base = U(b * r_ * s_)
+        for s in range(s0, min(s0 + TILE, s_)):
+            dst = base + U(s * r_)
+            for r in range(r0, min(r0 + TILE, r_)):
+                of[dst + U(r)] = af[base + U(r * s_ + s)]
+
+
+@jit(parallel=True)
+def _transpose_par(a, out, tiles):  # type: ignore[no-untyped-def]
+    p = num_threads()
+    for i in prange(p):
+        t0, t1 = bounds(tiles, p, i, 1)
+        _transpose_k(a, out, t0, t1)
+
+
+PERMUTE_MIN = 1 << 15  # elements from which a permute runs on several threads
+
+
+def swap(a: Any, r: int, s: int) -> Any:
+    """The contiguous (B, S, R) transpose of ``a`` read as (B, R, S): the same elements, moved
+    (numpy's strided copies of a 4-D weight permute run 4-10x slower on a 2M-element
+    weight)."""
+    from . import threads  # noqa: PLC0415
+
+    a3 = np.ascontiguousarray(a).reshape(-1, r, s)
+    out = np.empty((a3.shape[0], s, r), dtype=a3.dtype)
+    tiles = a3.shape[0] * -(-r // TILE) * -(-s // TILE)
+    if tiles >= 2 and threads.worth(a3.size, PERMUTE_MIN):
+        _transpose_par(a3, out, tiles)
+    else:
+        _transpose_k(a3, out, 0, tiles)
+    return out
+
+
+def permute_weights(w: Any, order: str) -> Any:
+    """4-D weights (or their gradient) permuted, a new contiguous array, in one or two tiled
+    transposes (T = kh * kw): ``"oct->tco"`` (O, C, kh, kw) to (kh, kw, C, O), ``"oct->toc"``
+    to (kh, kw, O, C), ``"oct->otc"`` to (O, kh, kw, C); ``"tco->oct"`` and ``"otc->oct"``
+    back to (O, C, kh, kw)."""
+    if order == "oct->tco":  # (O, C, T) -> (O, T, C) -> (T, C, O)
+        o, c, kh, kw = w.shape
+        return swap(swap(w, c, kh * kw), o, kh * kw * c).reshape(kh, kw, c, o)
+    if order == "tco->oct":  # (T, C, O) -> (T, O, C) -> (O, C, T)
+        kh, kw, c, o = w.shape
+        return swap(swap(w, c, o), kh * kw, o * c).reshape(o, c, kh, kw)
+    if order == "oct->toc":
+        o, c, kh, kw = w.shape
+        return swap(w, o * c, kh * kw).reshape(kh, kw, o, c)
+    if order == "oct->otc":
+        o, c, kh, kw = w.shape
+        return swap(w, c, kh * kw).reshape(o, kh, kw, c)
+    if order == "otc->oct":
+        o, kh, kw, c = w.shape
+        return swap(w, kh * kw, c).reshape(o, c, kh, kw)
+    raise ValueError(f"permute_weights: unknown order {order!r}")

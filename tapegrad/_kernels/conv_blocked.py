@@ -60,7 +60,7 @@ from numba.extending import intrinsic, models, register_model
 
 from .._backend import np
 from . import NotReady, cache_dir, jit, numba
-from .conv_gemm import _nhwc, padded_hw
+from .conv_gemm import _nhwc, padded_hw, permute_weights
 from .runtime import mode
 from .twins import call_at  # noqa: F401 - the generated twins import it from here
 
@@ -1362,7 +1362,7 @@ def input_grad(g: Any, w: Any, geom: Any) -> Any:
     ot, hg = _reach(h, ho, kh, sh, dh, pt)
     ol, wg = _reach(wd, wo, kw, sw, dw, pl)
     dt = g.dtype
-    wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 0, 1))  # (kh, kw, O, C)
+    wk = permute_weights(w.astype(dt, copy=False), "oct->toc")  # (kh, kw, O, C)
     out = np.empty((n, c, h, wd), dtype=dt)
     gc = np.ascontiguousarray(g, dtype=dt)
     first = channel_first(geom, c)
@@ -1394,7 +1394,7 @@ def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
     o = w.shape[0]
     (sh, sw), (dh, dw), (ho, wo) = geom.stride, geom.dilation, geom.out_hw
     dt = x.dtype
-    wk = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0))  # (kh, kw, C, O)
+    wk = permute_weights(w.astype(dt, copy=False), "oct->tco")  # (kh, kw, C, O)
     bb = np.zeros(o, dtype=dt) if b is None else np.ascontiguousarray(b, dtype=dt)
     out = np.empty((n, o, ho, wo), dtype=dt)
     xc = np.ascontiguousarray(x)
@@ -1466,4 +1466,4 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
     del xt, gt  # freed before the sums below: a backward's peak is here
     if k > 1:  # the chunks' sums, in chunk order
         dwk = dwk.reshape(k, kh, kw, c, o).sum(axis=0)
-    return np.ascontiguousarray(dwk.transpose(3, 2, 0, 1)).reshape(wshape)
+    return permute_weights(dwk.reshape(kh, kw, c, o), "tco->oct").reshape(wshape)

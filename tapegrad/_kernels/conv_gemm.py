@@ -32,7 +32,7 @@ from numba import prange
 from .._backend import np
 from . import jit
 from .chunks import bounds, num_threads
-from .conv import _pack
+from .conv import _pack, permute_weights
 from .twins import call_at, entry
 
 U = np.uint64
@@ -388,7 +388,7 @@ def _dims(geom: Any, groups: int) -> tuple[int, ...]:
 def _wmat(w: Any, groups: int) -> Any:
     """(O, Cg, kh, kw) weights as (G, O/G, kh * kw * Cg), the order of a column row."""
     o = w.shape[0]
-    return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(groups, o // groups, -1)
+    return permute_weights(w, "oct->otc").reshape(groups, o // groups, -1)
 
 
 def _most(chunks: Any) -> int:
@@ -475,4 +475,4 @@ def weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any, chunks: Any
         np.matmul(gp.reshape(groups, o // groups, -1), cols, out=part)
         np.add(acc, part, out=acc)
     # (G, O/G, kh, kw, Cg) -> (O, Cg, kh, kw)
-    return np.ascontiguousarray(acc.reshape(o, kh, kw, cg).transpose(0, 3, 1, 2)).reshape(wshape)
+    return permute_weights(acc.reshape(o, kh, kw, cg), "otc->oct").reshape(wshape)

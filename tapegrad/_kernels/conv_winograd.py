@@ -32,7 +32,7 @@ from typing import Any
 
 from .._backend import np
 from . import jit
-from .conv_gemm import _most, _nhwc
+from .conv_gemm import _most, _nhwc, permute_weights
 
 U = np.uint64
 
@@ -210,7 +210,7 @@ def _u(w: Any, dt: Any, flip: bool = False) -> Any:
         return (k[:, ::-1] @ np.ascontiguousarray(w, dtype=dt).reshape(o * c, 9).T).reshape(
             16, o, c)
     # the taps first, (C, O) after: the product's rows are then (C, O) as the GEMMs take them
-    w9 = np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 3, 1, 0)).reshape(9, c * o)
+    w9 = permute_weights(w.astype(dt, copy=False), "oct->tco").reshape(9, c * o)
     return (k @ w9).reshape(16, c, o)
 
 
@@ -292,7 +292,7 @@ def fused_weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
            -(-(n * th * tw) // cb.TILES))
     d9 = _kron(dt).T @ du.reshape(16, c * o)  # G^T dU G
     del du
-    return np.ascontiguousarray(d9.reshape(3, 3, c, o).transpose(3, 2, 0, 1)).reshape(wshape)
+    return permute_weights(d9.reshape(3, 3, c, o), "tco->oct").reshape(wshape)
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any, chunks: Any) -> Any:
@@ -345,4 +345,4 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any, chunks: Any) -> Any:
     # dw = G^T dU G as one (9, 16) @ (16, C * O) product: no intermediate larger than dw
     d9 = _kron(dt).T @ acc.reshape(16, c * o)
     del acc
-    return np.ascontiguousarray(d9.reshape(3, 3, c, o).transpose(3, 2, 0, 1)).reshape(wshape)
+    return permute_weights(d9.reshape(3, 3, c, o), "tco->oct").reshape(wshape)
