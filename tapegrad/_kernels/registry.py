@@ -170,8 +170,11 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
 # selection by measurement
 # --------------------------------------------------------------------------------------------
 
-TUNE_BUDGET = 0.004  # seconds of repeated runs per key, shared by its alternatives
-TUNE_REPEATS = 5  # timed runs of one alternative at most (after the first, untimed)
+# seconds of repeated runs per key, shared by its alternatives: at 4 ms, kernels of about half a
+# millisecond (CLIP's convolutions at two threads) got two timed runs each and kept a different
+# winner from one run of the program to the next
+TUNE_BUDGET = 0.02
+TUNE_REPEATS = 7  # timed runs of one alternative at most (after the first, untimed)
 TUNE_ROUNDS = 2  # timed runs of each alternative at least, past the budget where needed
 TUNE_MARGIN = 0.9  # another implementation replaces the hand thresholds' choice when faster than this
 RETUNE_AFTER = 0.5  # seconds between measurements of a key while an alternative compiles
