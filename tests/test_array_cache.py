@@ -15,6 +15,7 @@ import tapegrad as tg
 from tapegrad import _array_cache
 
 MIB = 1 << 20
+M = _array_cache.MIN  # the smallest block kept by size
 _core = getattr(np, "_core", None) or np.core
 handler_name = _core.multiarray.get_handler_name
 
@@ -45,10 +46,11 @@ def test_on_by_default_and_switches():
 
 
 def test_cap_in_mib():
-    code = ("import numpy as np, tapegrad as tg; a = np.ones(4 << 20, np.uint8); b = np.ones(1 << "
-            "20, np.uint8); del a, b; print(tg.memory_stats()['kept_bytes'])")
-    assert int(_run(code, TAPEGRAD_ARRAY_CACHE="2")) == 1 << 20  # the 4 MiB block was not kept
-    assert int(_run(code)) == 5 << 20
+    code = (f"import numpy as np, tapegrad as tg; a = np.ones({4 * M}, np.uint8); b = np.ones({M}, "
+            "np.uint8); del a, b; print(tg.memory_stats()['kept_bytes'])")
+    cap = str(2 * M // MIB)
+    assert int(_run(code, TAPEGRAD_ARRAY_CACHE=cap)) == M  # the larger block was not kept
+    assert int(_run(code)) == 5 * M
 
 
 def test_off_stats_are_zero():
@@ -58,18 +60,18 @@ def test_off_stats_are_zero():
 
 @needs_cache
 def test_freed_block_serves_the_next_array_of_its_size():
-    assert handler_name(np.empty(3 * MIB)) == "tapegrad"
-    a = np.ones(3 * MIB // 8 + 5)  # not a whole number of pages: rounded up
+    assert handler_name(np.empty(3 * M)) == "tapegrad"
+    a = np.ones(3 * M // 8 + 5)  # not a whole number of pages: rounded up
     where = a.ctypes.data
     del a
     before = tg.memory_stats()
-    b = np.zeros(3 * MIB // 8 + 1)  # the same number of pages, through calloc
+    b = np.zeros(3 * M // 8 + 1)  # the same number of pages, through calloc
     assert b.ctypes.data == where
     assert not b.any()  # a kept block is cleared for np.zeros
     assert tg.memory_stats()["hits"] == before["hits"] + 1
-    c = np.empty(3 * MIB // 8 + 1)
+    c = np.empty(3 * M // 8 + 1)
     assert c.ctypes.data != where  # b still holds it
-    medium = np.ones(1000)  # under 1 MiB: malloc's
+    medium = np.ones(1000)  # under MIN: malloc's
     assert handler_name(medium) == "tapegrad"
     kept = tg.memory_stats()["kept_bytes"]
     del medium
@@ -84,11 +86,11 @@ def test_freed_block_serves_the_next_array_of_its_size():
 
 PEAK = """
 import numpy as np, tapegrad as tg
-MIB = 1 << 20
-first = [np.ones(2 * MIB + i * 4096, np.uint8) for i in range(8)]
+M = tg._array_cache.MIN
+first = [np.ones(2 * M + i * 4096, np.uint8) for i in range(8)]
 del first
 s0 = tg.memory_stats()
-second = [np.ones(3 * MIB + i * 4096, np.uint8) for i in range(8)]
+second = [np.ones(3 * M + i * 4096, np.uint8) for i in range(8)]
 s1 = tg.memory_stats()
 assert all((x == 1).all() for x in second)
 del second
@@ -101,25 +103,27 @@ print(s0, s1, tg.memory_stats(), sep="\\n")
 def test_kept_plus_live_never_exceeds_the_peak():
     """A fresh process (its high-water mark is its own): blocks of new sizes push out kept
     blocks of old ones instead of adding to them."""
+    M = _array_cache.MIN
     s0, s1, s2 = (eval(line) for line in _run(PEAK).splitlines())
-    assert s0["kept_bytes"] == sum(2 * MIB + i * 4096 for i in range(8))
+    assert s0["kept_bytes"] == sum(2 * M + i * 4096 for i in range(8))
     assert s0["peak_bytes"] == s0["kept_bytes"] and s0["live_bytes"] == 0
     _check_bound(s1)
-    assert s1["evictions"] >= 6  # 8 * 2 MiB kept, 8 * 3 MiB wanted: the first sizes made room
-    assert s1["peak_bytes"] == s1["live_bytes"] == sum(3 * MIB + i * 4096 for i in range(8))
+    assert s1["evictions"] >= 6  # 8 blocks of 2 M kept, 8 of 3 M wanted: the first sizes made room
+    assert s1["peak_bytes"] == s1["live_bytes"] == sum(3 * M + i * 4096 for i in range(8))
     assert s2["kept_bytes"] == 0
+    assert s2["peak_bytes"] == s2["live_bytes"] == 0  # the bound restarts from what is alive
 
 
 @needs_cache
 def test_random_allocations_keep_their_contents():
-    """Arrays made, resized and freed in a random order (sizes around the 1 MiB line and
+    """Arrays made, resized and freed in a random order (sizes around the MIN line and
     sharing pages) each keep their own contents: no block is ever handed out twice."""
     rng = np.random.default_rng(0)
     live: dict[int, np.ndarray] = {}
-    sizes = [8, 24, 1016, 4096, MIB - 8, MIB, MIB + 8, 2 * MIB - 4096, 2 * MIB, 5 * MIB + 100, 40 * MIB]
-    for step in range(600):
+    sizes = [8, 24, 1016, 4096, MIB, M - 8, M, M + 8, 2 * M - 4096, 2 * M, 3 * M + 100]
+    for step in range(300):
         op = rng.integers(4)
-        if len(live) > 24:
+        if len(live) > 12:
             op = 2
         if op < 2 or not live:
             n = int(rng.choice(sizes)) + int(rng.integers(0, 3)) * 8
@@ -131,7 +135,7 @@ def test_random_allocations_keep_their_contents():
             live[step] = a
         elif op == 2:
             del live[int(rng.choice(list(live)))]
-        else:  # grow or shrink in place (realloc), across the 1 MiB line
+        else:  # grow or shrink in place (realloc), across the MIN line
             k = int(rng.choice(list(live)))
             a = live.pop(k)
             a.resize(int(rng.choice(sizes)) // 8, refcheck=False)
@@ -145,15 +149,15 @@ def test_random_allocations_keep_their_contents():
 @needs_cache
 def test_other_threads_keep_numpys_allocator():
     box: list[np.ndarray] = []
-    t = threading.Thread(target=lambda: box.append(np.ones(2 * MIB)))
+    t = threading.Thread(target=lambda: box.append(np.ones(2 * M)))
     t.start()
     t.join()
     assert handler_name(box.pop()) == "default_allocator"
-    box.append(np.ones(2 * MIB))
+    box.append(np.ones(2 * M))
     assert handler_name(box[0]) == "tapegrad"
     before = tg.memory_stats()["kept_bytes"]
     t = threading.Thread(target=box.clear)  # ours, freed in another thread: kept all the same
     t.start()
     t.join()
-    assert tg.memory_stats()["kept_bytes"] == before + 2 * MIB * 8
+    assert tg.memory_stats()["kept_bytes"] == before + 2 * M * 8
     _check_bound(tg.memory_stats())
