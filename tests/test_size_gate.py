@@ -42,6 +42,9 @@ def test_an_implementation_without_min_size_opens_the_gate(monkeypatch):
     monkeypatch.setattr(registry, "SMALLEST", {})
     registry.register("gated", "big", lambda x: x.size >= 100, "elementwise:relu", min_size=100)
     assert registry.SMALLEST["gated"] == 100
+    with pytest.raises(ValueError, match="module:function"):
+        registry.register("gated", "bad", lambda x: True, "elementwise.relu")
+    assert registry.SMALLEST["gated"] == 100  # a refused registration leaves the gate
     registry.register("gated", "any", lambda x: True, "elementwise:relu")
     assert registry.SMALLEST["gated"] == 0
 

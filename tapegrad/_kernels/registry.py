@@ -109,13 +109,13 @@ def register(op: str, name: str, fits: Callable[..., bool], run: str,
     where nothing is measured, implementations registered earlier are preferred, each only
     where its ``prefer`` (a hand threshold, None: everywhere it fits) holds. ``min_size``:
     ``fits`` is false whenever the first argument has fewer elements (``SMALLEST``)."""
-    SMALLEST[op] = min(SMALLEST.get(op, min_size), min_size)
     if ":" not in run:
         raise ValueError(f"register({op!r}, {name!r}): run must be 'module:function', got {run!r}")
     if name == REFERENCE:
         raise ValueError(f"register({op!r}, {name!r}): {REFERENCE!r} names the reference")
     impl = Impl(op, name, fits, run, prefer)
     _TABLE.setdefault(op, []).append(impl)
+    SMALLEST[op] = min(SMALLEST.get(op, min_size), min_size)  # a refused one opens no gate
     return impl
 
 
