@@ -9,39 +9,48 @@ nanoGPT's Shakespeare configuration (AMD Zen 4, 2 threads) that was 6.5 s of sys
 counterpart for numpy arrays, installed with numpy's own hook for it
 (``PyDataMem_SetHandler``, numpy >= 1.22).
 
-Blocks of at least ``MIN`` bytes (8 MiB) are rounded up to whole 4 KiB pages; a freed one is kept in a
-table by its size and handed to the next request of that size (``np.zeros`` clears it). How
-much it keeps is bounded by the program's own high-water mark: when a request finds no block
-of its size, kept blocks of other sizes are freed first so that the arrays alive plus the
-blocks kept never exceed the most the program ever had alive at once. A steady training loop
-(the same sizes every step) then allocates nothing after its first steps, and a program whose
-sizes change (a new batch size, an evaluation pass) keeps no more memory than its peak.
+A block that comes to ``MIN`` bytes (8 MiB) or more in whole 4 KiB pages is allocated as those
+pages; freed, it is kept in a table by its size and handed to the next request of that size
+(``np.zeros`` clears it). How much it keeps is bounded by the program's own high-water mark:
+when a request finds no block of its size, kept blocks of other sizes are freed first so that
+the arrays alive plus the blocks kept never exceed the most the program ever had alive at
+once. A steady training loop (the same sizes every step) then allocates nothing after its
+first steps, and a program whose sizes change (a new batch size, an evaluation pass) keeps no
+more memory than its peak.
 ``tapegrad.empty_cache()`` frees every kept block; ``TAPEGRAD_ARRAY_CACHE=0`` (or
 ``TAPEGRAD_TUNE_MALLOC=0``) before importing tapegrad keeps numpy's own allocator, and
 ``TAPEGRAD_ARRAY_CACHE=<MiB>`` caps what is kept. Blocks under 1 KiB are kept as numpy's own
 allocator keeps them (up to 7 of each size in bytes), so small ops cost what they did.
 
-The four functions numpy calls are a few dozen lines of LLVM IR compiled once at import with
-llvmlite (numba's code generator; about 40 ms): numpy calls them with the GIL held, so the
-table needs no lock, and they never call back into Python. numpy records in every array the
-handler that allocated it, so arrays made before the switch, or in threads that did not switch
-(numpy's handler is a context variable: a new thread starts with numpy's own), are freed by
-their own allocator. Not installed on free-threaded Python builds (no GIL to guard the table).
+The four functions numpy calls are a few dozen lines of LLVM IR compiled with llvmlite (numba's
+code generator; about 40 ms) by the first import, whose machine code the kernel cache folder
+keeps for later imports (``_compile``): numpy calls them with the GIL held, so the table needs
+no lock, and they never call back into Python. A block grown or shrunk by ``realloc`` is
+counted by its new size (numpy does not pass the old one: the C library's usable size of the
+block tells it). numpy records in every array the handler that allocated it, so arrays made
+before the switch, or in threads that did not switch (numpy's handler is a context variable: a
+new thread starts with numpy's own), are freed by their own allocator. Not installed on
+free-threaded Python builds (no GIL to guard the table).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
 import os
 import sys
+import tempfile
 from typing import Any
 
 import numpy as np
 
 # blocks below 8 MiB stay with malloc, whose heap keeps them (``_malloc.py``) and can serve a
-# request of any smaller size from them: kept here from 1 MiB, the per-step peak of the CNN
-# workloads rose 10-40% (blocks kept by size that no later array of that size took), while
-# nanoGPT's step took the same time (AMD Zen 4, 2 threads: 9.7 s, 8.9-10.8 s from 1 MiB)
+# request of any smaller size from them (the line is drawn in whole pages: a block's usable
+# size, less than a page above its request, then tells realloc which side it was on). Kept
+# here from 1 MiB, the per-step peak of the CNN workloads rose 10-40% (blocks kept by size that
+# no later array of that size took), while nanoGPT's step took the same time (AMD Zen 4,
+# 2 threads: 9.7 s, 8.9-10.8 s from 1 MiB)
 MIN = 8 << 20
 SLOTS, DEPTH = 256, 64  # sizes kept, blocks kept per size
 SMALL, SMALL_DEPTH = 1024, 7  # blocks under 1 KiB: 7 kept per size in bytes (numpy's own rule)
@@ -57,6 +66,7 @@ declare ptr @malloc(i64)
 declare ptr @calloc(i64, i64)
 declare ptr @realloc(ptr, i64)
 declare void @free(ptr)
+declare i64 @malloc_usable_size(ptr)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare {i64, i1} @llvm.umul.with.overflow.i64(i64, i64)
 
@@ -80,6 +90,69 @@ define internal i64 @pagesize(i64 %n) alwaysinline {
   %a = add i64 %n, 4095
   %k = and i64 %a, -4096
   ret i64 %k
+}
+; the bytes a block of `size` bytes is kept and counted live as: its whole pages when they come
+; to MIN or more, else 0 (malloc's, not counted)
+define internal i64 @large(ptr %s, i64 %size) alwaysinline {
+  %k = call i64 @pagesize(i64 %size)
+  %min = call i64 @get(ptr %s, i64 2)
+  %small = icmp ult i64 %k, %min
+  %r = select i1 %small, i64 0, i64 %k
+  ret i64 %r
+}
+; a block of `key` bytes no longer live (never below zero)
+define internal void @uncount(ptr %s, i64 %key) alwaysinline {
+  %live = call i64 @get(ptr %s, i64 7)
+  %l1 = sub i64 %live, %key
+  %neg = icmp slt i64 %l1, 0
+  %l2 = select i1 %neg, i64 0, i64 %l1
+  call void @put(ptr %s, i64 7, i64 %l2)
+  ret void
+}
+
+; A stack of kept blocks, a size's: a count word `st` points at, then that many block addresses.
+; The top block, taken off (null when the stack is empty)
+define internal ptr @pop_block(ptr %st) alwaysinline {
+entry:
+  %c = load i64, ptr %st
+  %none = icmp eq i64 %c, 0
+  br i1 %none, label %empty, label %pop
+pop:
+  %c1 = sub i64 %c, 1
+  store i64 %c1, ptr %st
+  %p = call i64 @get(ptr %st, i64 %c)
+  %r = inttoptr i64 %p to ptr
+  ret ptr %r
+empty:
+  ret ptr null
+}
+; `p` put on top unless the stack holds `depth` blocks already; whether it was
+define internal i1 @push_block(ptr %st, i64 %depth, ptr %p) alwaysinline {
+entry:
+  %c = load i64, ptr %st
+  %full = icmp uge i64 %c, %depth
+  br i1 %full, label %no, label %push
+push:
+  %c1 = add i64 %c, 1
+  %pv = ptrtoint ptr %p to i64
+  call void @put(ptr %st, i64 %c1, i64 %pv)
+  store i64 %c1, ptr %st
+  ret i1 1
+no:
+  ret i1 0
+}
+; the stack of blocks under SMALL bytes of `size` bytes
+define internal ptr @small_stack(ptr %s, i64 %size) alwaysinline {
+  %o = mul i64 %size, STRIDE_SMALL
+  %b = add i64 %o, SMALL_AT
+  %st = getelementptr i64, ptr %s, i64 %b
+  ret ptr %st
+}
+; the stack of slot word `b` (its size's word; the count follows)
+define internal ptr @slot_stack(ptr %s, i64 %b) alwaysinline {
+  %ci = add i64 %b, 1
+  %st = getelementptr i64, ptr %s, i64 %ci
+  ret ptr %st
 }
 
 ; the slot of `key`, else the first empty slot on its probe path, else -1 (table full)
@@ -114,32 +187,23 @@ full:
   ret i64 -1
 }
 
-; a kept block of `key` bytes (counted live), or null
+; a kept block of `key` bytes (counted live), or null (an empty slot holds no blocks)
 define internal ptr @take(ptr %s, i64 %key) {
 entry:
   %b = call i64 @find(ptr %s, i64 %key)
   %none = icmp slt i64 %b, 0
   br i1 %none, label %miss, label %slot
 slot:
-  %k = call i64 @get(ptr %s, i64 %b)
-  %same = icmp eq i64 %k, %key
-  %ci = add i64 %b, 1
-  %c = call i64 @get(ptr %s, i64 %ci)
-  %some = icmp ne i64 %c, 0
-  %hit = and i1 %same, %some
-  br i1 %hit, label %pop, label %miss
-pop:
-  %c1 = sub i64 %c, 1
-  call void @put(ptr %s, i64 %ci, i64 %c1)
-  %pi0 = add i64 %b, 2
-  %pi = add i64 %pi0, %c1
-  %p = call i64 @get(ptr %s, i64 %pi)
+  %st = call ptr @slot_stack(ptr %s, i64 %b)
+  %p = call ptr @pop_block(ptr %st)
+  %empty = icmp eq ptr %p, null
+  br i1 %empty, label %miss, label %hit
+hit:
   %neg = sub i64 0, %key
   call void @bump(ptr %s, i64 0, i64 %neg)
   call void @bump(ptr %s, i64 7, i64 %key)
   call void @bump(ptr %s, i64 3, i64 1)
-  %r = inttoptr i64 %p to ptr
-  ret ptr %r
+  ret ptr %p
 miss:
   call void @bump(ptr %s, i64 4, i64 1)
   ret ptr null
@@ -160,23 +224,17 @@ slotbody:
   %b0 = mul i64 %slot, %stride
   %b = add i64 %b0, HEAD
   %key = call i64 @get(ptr %s, i64 %b)
-  %ci = add i64 %b, 1
+  %st = call ptr @slot_stack(ptr %s, i64 %b)
   br label %blocks
 blocks:
   %kept = call i64 @get(ptr %s, i64 0)
   %over = icmp sgt i64 %kept, %target
-  br i1 %over, label %count, label %done
-count:
-  %c = call i64 @get(ptr %s, i64 %ci)
-  %some = icmp ne i64 %c, 0
-  br i1 %some, label %pop, label %nextslot
+  br i1 %over, label %pop, label %done
 pop:
-  %c1 = sub i64 %c, 1
-  call void @put(ptr %s, i64 %ci, i64 %c1)
-  %pi0 = add i64 %b, 2
-  %pi = add i64 %pi0, %c1
-  %pv = call i64 @get(ptr %s, i64 %pi)
-  %p = inttoptr i64 %pv to ptr
+  %p = call ptr @pop_block(ptr %st)
+  %empty = icmp eq ptr %p, null
+  br i1 %empty, label %nextslot, label %release
+release:
   call void @free(ptr %p)
   %kept1 = sub i64 %kept, %key
   call void @put(ptr %s, i64 0, i64 %kept1)
@@ -189,7 +247,7 @@ done:
   ret void
 }
 
-; make room for a new block of `key` bytes within the high-water mark, count it live
+; make room for `key` more live bytes within the high-water mark, count them live
 define internal void @room(ptr %s, i64 %key) {
 entry:
   %live = call i64 @get(ptr %s, i64 7)
@@ -213,136 +271,122 @@ count:
   ret void
 }
 
-; blocks under SMALL bytes: numpy's default allocator keeps SMALL_DEPTH of each size, so
-; does this one (a small array's malloc and free are a good part of a small op)
-define internal ptr @small_take(ptr %s, i64 %size) alwaysinline {
+; a fresh block of `n` bytes from the C library, cleared when `zero`
+define internal ptr @fresh(i64 %n, i1 %zero) alwaysinline {
 entry:
-  %o = mul i64 %size, STRIDE_SMALL
-  %b = add i64 %o, SMALL_AT
-  %c = call i64 @get(ptr %s, i64 %b)
-  %none = icmp eq i64 %c, 0
-  br i1 %none, label %miss, label %pop
-pop:
-  %c1 = sub i64 %c, 1
-  call void @put(ptr %s, i64 %b, i64 %c1)
-  %pi0 = add i64 %b, 1
-  %pi = add i64 %pi0, %c1
-  %p = call i64 @get(ptr %s, i64 %pi)
-  %r = inttoptr i64 %p to ptr
-  ret ptr %r
-miss:
-  ret ptr null
+  br i1 %zero, label %clear, label %plain
+clear:
+  %c = call ptr @calloc(i64 1, i64 %n)
+  ret ptr %c
+plain:
+  %m = call ptr @malloc(i64 %n)
+  ret ptr %m
 }
-define internal i1 @small_keep(ptr %s, i64 %size, ptr %p) alwaysinline {
+define internal void @clear(ptr %p, i64 %n, i1 %zero) alwaysinline {
 entry:
-  %o = mul i64 %size, STRIDE_SMALL
-  %b = add i64 %o, SMALL_AT
-  %c = call i64 @get(ptr %s, i64 %b)
-  %full = icmp uge i64 %c, SMALL_DEPTH
-  br i1 %full, label %no, label %keep
-keep:
-  %pi0 = add i64 %b, 1
-  %pi = add i64 %pi0, %c
-  %pv = ptrtoint ptr %p to i64
-  call void @put(ptr %s, i64 %pi, i64 %pv)
-  %c1 = add i64 %c, 1
-  call void @put(ptr %s, i64 %b, i64 %c1)
-  ret i1 1
-no:
-  ret i1 0
+  br i1 %zero, label %set, label %done
+set:
+  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %n, i1 0)
+  br label %done
+done:
+  ret void
 }
 
-define ptr @tg_malloc(ptr %s, i64 %size) {
+; malloc (calloc when `zero`). Blocks under SMALL bytes: numpy's default allocator keeps
+; SMALL_DEPTH of each size, so does this one (a small array's malloc and free are a good part
+; of a small op)
+define internal ptr @alloc(ptr %s, i64 %size, i1 %zero) alwaysinline {
 entry:
   %tiny = icmp ult i64 %size, SMALL
   br i1 %tiny, label %cached, label %sized
 cached:
-  %q = call ptr @small_take(ptr %s, i64 %size)
+  %st = call ptr @small_stack(ptr %s, i64 %size)
+  %q = call ptr @pop_block(ptr %st)
   %qmiss = icmp eq ptr %q, null
   br i1 %qmiss, label %plain, label %qhit
 qhit:
+  call void @clear(ptr %q, i64 %size, i1 %zero)
   ret ptr %q
 sized:
-  %min = call i64 @get(ptr %s, i64 2)
-  %small = icmp ult i64 %size, %min
+  %key = call i64 @large(ptr %s, i64 %size)
+  %small = icmp eq i64 %key, 0
   br i1 %small, label %plain, label %big
 plain:
-  %r = call ptr @malloc(i64 %size)
+  %r = call ptr @fresh(i64 %size, i1 %zero)
   ret ptr %r
 big:
-  %key = call i64 @pagesize(i64 %size)
   %p = call ptr @take(ptr %s, i64 %key)
   %miss = icmp eq ptr %p, null
   br i1 %miss, label %new, label %hit
 hit:
+  call void @clear(ptr %p, i64 %size, i1 %zero)
   ret ptr %p
 new:
   call void @room(ptr %s, i64 %key)
-  %n = call ptr @malloc(i64 %key)
+  %n = call ptr @fresh(i64 %key, i1 %zero)
   %failed = icmp eq ptr %n, null
   br i1 %failed, label %retry, label %ok
 ok:
   ret ptr %n
 retry:
   call void @tg_evict(ptr %s, i64 0)
-  %n2 = call ptr @malloc(i64 %key)
+  %n2 = call ptr @fresh(i64 %key, i1 %zero)
   ret ptr %n2
 }
-
+define ptr @tg_malloc(ptr %s, i64 %size) {
+  %p = call ptr @alloc(ptr %s, i64 %size, i1 0)
+  ret ptr %p
+}
 define ptr @tg_calloc(ptr %s, i64 %nelem, i64 %elsize) {
 entry:
   %m = call {i64, i1} @llvm.umul.with.overflow.i64(i64 %nelem, i64 %elsize)
   %size = extractvalue {i64, i1} %m, 0
   %ov = extractvalue {i64, i1} %m, 1
-  br i1 %ov, label %plain, label %sized
+  br i1 %ov, label %none, label %sized
+none:
+  ret ptr null
 sized:
-  %tiny = icmp ult i64 %size, SMALL
-  br i1 %tiny, label %cached, label %medium
-cached:
-  %q = call ptr @small_take(ptr %s, i64 %size)
-  %qmiss = icmp eq ptr %q, null
-  br i1 %qmiss, label %plain, label %qhit
-qhit:
-  call void @llvm.memset.p0.i64(ptr %q, i8 0, i64 %size, i1 0)
-  ret ptr %q
-medium:
-  %min = call i64 @get(ptr %s, i64 2)
-  %small = icmp ult i64 %size, %min
-  br i1 %small, label %plain, label %big
-plain:
-  %r = call ptr @calloc(i64 %nelem, i64 %elsize)
-  ret ptr %r
-big:
-  %key = call i64 @pagesize(i64 %size)
-  %p = call ptr @take(ptr %s, i64 %key)
-  %miss = icmp eq ptr %p, null
-  br i1 %miss, label %new, label %hit
-hit:
-  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %size, i1 0)
+  %p = call ptr @alloc(ptr %s, i64 %size, i1 1)
   ret ptr %p
-new:
-  call void @room(ptr %s, i64 %key)
-  %n = call ptr @calloc(i64 1, i64 %key)
-  %failed = icmp eq ptr %n, null
-  br i1 %failed, label %retry, label %ok
-ok:
-  ret ptr %n
-retry:
-  call void @tg_evict(ptr %s, i64 0)
-  %n2 = call ptr @calloc(i64 1, i64 %key)
-  ret ptr %n2
 }
 
-; a grown or shrunk block stays a whole number of pages once it is large (so that the size it
-; is later freed with never names more bytes than it has)
+; A grown or shrunk block stays a whole number of pages once it is large (so that the size it
+; is later freed with never names more bytes than it has), and is counted live by its new size.
+; numpy does not pass the old size: the C library's usable size of the block is less than a
+; page above what was asked for (glibc, musl), so its whole pages are the size it was counted as.
 define ptr @tg_realloc(ptr %s, ptr %p, i64 %size) {
 entry:
-  %min = call i64 @get(ptr %s, i64 2)
-  %small = icmp ult i64 %size, %min
-  %key = call i64 @pagesize(i64 %size)
-  %want = select i1 %small, i64 %size, i64 %key
+  %u = call i64 @malloc_usable_size(ptr %p)
+  %u0 = and i64 %u, -4096
+  %old = call i64 @large(ptr %s, i64 %u0)
+  %new = call i64 @large(ptr %s, i64 %size)
+  %small = icmp eq i64 %new, 0
+  %want = select i1 %small, i64 %size, i64 %new
+  %grow = icmp ugt i64 %new, %old
+  %more = sub i64 %new, %old
+  br i1 %grow, label %room, label %move
+room:
+  call void @room(ptr %s, i64 %more)
+  br label %move
+move:
   %r = call ptr @realloc(ptr %p, i64 %want)
-  ret ptr %r
+  %failed = icmp eq ptr %r, null
+  br i1 %failed, label %retry, label %moved
+retry:
+  call void @tg_evict(ptr %s, i64 0)
+  %r2 = call ptr @realloc(ptr %p, i64 %want)
+  %failed2 = icmp eq ptr %r2, null
+  br i1 %failed2, label %kept, label %moved
+moved:
+  %q = phi ptr [%r, %move], [%r2, %retry]
+  %shrunk = sub i64 %old, %new
+  %less = select i1 %grow, i64 0, i64 %shrunk
+  call void @uncount(ptr %s, i64 %less)
+  ret ptr %q
+kept:
+  %back = select i1 %grow, i64 %more, i64 0
+  call void @uncount(ptr %s, i64 %back)
+  ret ptr null
 }
 
 define void @tg_free(ptr %s, ptr %p, i64 %size) {
@@ -353,24 +397,21 @@ some:
   %tiny = icmp ult i64 %size, SMALL
   br i1 %tiny, label %cached, label %sized
 cached:
-  %q = call i1 @small_keep(ptr %s, i64 %size, ptr %p)
+  %st = call ptr @small_stack(ptr %s, i64 %size)
+  %q = call i1 @push_block(ptr %st, i64 SMALL_DEPTH, ptr %p)
   br i1 %q, label %done, label %plain
 sized:
-  %min = call i64 @get(ptr %s, i64 2)
-  %small = icmp ult i64 %size, %min
+  %key = call i64 @large(ptr %s, i64 %size)
+  %small = icmp eq i64 %key, 0
   br i1 %small, label %plain, label %big
 big:
-  %key = call i64 @pagesize(i64 %size)
-  %live = call i64 @get(ptr %s, i64 7)
-  %l1 = sub i64 %live, %key
-  %lneg = icmp slt i64 %l1, 0
-  %l2 = select i1 %lneg, i64 0, i64 %l1
-  call void @put(ptr %s, i64 7, i64 %l2)
+  call void @uncount(ptr %s, i64 %key)
+  %l2 = call i64 @get(ptr %s, i64 7)
   %kept = call i64 @get(ptr %s, i64 0)
   %cap = call i64 @get(ptr %s, i64 1)
   %total = add i64 %kept, %key
   %overcap = icmp ugt i64 %total, %cap
-  ; kept + live stays within the high-water mark (a block grown by realloc was never counted)
+  ; kept + live stays within the high-water mark
   %sum = add i64 %total, %l2
   %peak = call i64 @get(ptr %s, i64 8)
   %overpeak = icmp ugt i64 %sum, %peak
@@ -382,18 +423,11 @@ look:
   br i1 %none, label %plain, label %slot
 slot:
   %d = call i64 @get(ptr %s, i64 6)
-  %ci = add i64 %b, 1
-  %c = call i64 @get(ptr %s, i64 %ci)
-  %full = icmp uge i64 %c, %d
-  br i1 %full, label %plain, label %keep
+  %sst = call ptr @slot_stack(ptr %s, i64 %b)
+  %kept1 = call i1 @push_block(ptr %sst, i64 %d, ptr %p)
+  br i1 %kept1, label %keep, label %plain
 keep:
   call void @put(ptr %s, i64 %b, i64 %key)
-  %pi0 = add i64 %b, 2
-  %pi = add i64 %pi0, %c
-  %pv = ptrtoint ptr %p to i64
-  call void @put(ptr %s, i64 %pi, i64 %pv)
-  %c1 = add i64 %c, 1
-  call void @put(ptr %s, i64 %ci, i64 %c1)
   call void @put(ptr %s, i64 0, i64 %total)
   br label %done
 plain:
@@ -438,21 +472,97 @@ def _cap() -> int | None:
 
 
 def _compile() -> dict[str, int]:
-    """The five functions' addresses (llvmlite's MCJIT, the process's malloc and free)."""
-    import llvmlite.binding as llvm  # noqa: PLC0415  (numba's dependency; only when installing)
+    """The five functions' addresses (llvmlite's MCJIT, the process's malloc and free), their
+    machine code read from the cache folder when an earlier process left it there."""
+    import llvmlite  # noqa: PLC0415  (numba's dependency; only when installing)
+    import llvmlite.binding as llvm  # noqa: PLC0415
 
+    global _code
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     libc = ctypes.CDLL(None)
-    for name in ("malloc", "calloc", "realloc", "free"):
-        llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
+    # malloc_size: macOS's name for the usable size of a block
+    usable = getattr(libc, "malloc_usable_size", None) or libc.malloc_size
+    for name, fn in [(n, getattr(libc, n)) for n in ("malloc", "calloc", "realloc", "free")] + [
+            ("malloc_usable_size", usable)]:
+        llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
     module = llvm.parse_assembly(_IR)
     module.verify()
     machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
     engine = llvm.create_mcjit_compiler(module, machine)
+    _code = "compiled"
+    try:
+        path, tag = _object_file(llvm, llvmlite.__version__, machine.triple)
+    except Exception:  # no cache folder to name: compile, keep nothing
+        pass
+    else:
+        def load(_module: Any) -> bytes | None:
+            global _code
+            code = _read_object(path, tag)
+            if code is not None:
+                _code = "loaded"
+            return code
+
+        engine.set_object_cache(lambda _module, code: _write_object(path, tag, code), load)
     engine.finalize_object()
     _forever(engine, module, machine)
     return {name: engine.get_function_address(name) for name in _NAMES}
+
+
+# The machine code of the IR, kept in the kernel cache folder: compiling it is about 40 ms of
+# every import. A file holds _MAGIC, the key it was made for (the IR, llvmlite and LLVM, the
+# target and the CPU), a digest of the code, then the code; any other file is compiled afresh.
+_MAGIC = b"tapegrad array cache object\n"
+_code = ""  # where this process's machine code came from: "compiled" or "loaded" (from the file)
+
+
+def _object_file(llvm: Any, version: str, triple: str) -> tuple[str, bytes]:
+    """The cache file for this IR on this machine, and the key its header must hold."""
+    from ._kernels.runtime import user_cache_base  # noqa: PLC0415
+
+    h = hashlib.blake2b(digest_size=16)
+    for part in (_IR, version, ".".join(map(str, llvm.llvm_version_info)), triple,
+                 llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()):
+        h.update(part.encode() + b"\0")
+    key = h.hexdigest()
+    return os.path.join(user_cache_base(), f"array-cache-{key[:16]}.o"), key.encode() + b"\n"
+
+
+def _read_object(path: str, tag: bytes) -> bytes | None:
+    """The code in ``path`` when its header and digest are whole and its key is ``tag``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    head = _MAGIC + tag
+    digest, code = data[len(head):len(head) + 32], data[len(head) + 32:]
+    if not data.startswith(head) or not code or _digest(code) != digest:
+        return None
+    return code
+
+
+def _digest(code: bytes) -> bytes:
+    return hashlib.blake2b(code, digest_size=32).digest()
+
+
+def _write_object(path: str, tag: bytes, code: bytes) -> None:
+    """Write the code to ``path`` whole or not at all (best effort: a folder that cannot be
+    written leaves the next import compiling, as this one did)."""
+    try:
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".array-cache-", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.chmod(tmp, 0o644)  # as readable as the kernels beside it
+            f.write(_MAGIC + tag + _digest(code) + code)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _forever(*objects: Any) -> None:

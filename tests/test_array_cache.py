@@ -3,6 +3,7 @@ their size, never more kept than the program's peak, with numpy's allocator a sw
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -24,7 +25,8 @@ needs_cache = pytest.mark.skipif(_array_cache._state is None,
 
 
 def _run(code: str, **env: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "TAPEGRAD_"))}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("MALLOC_", "TAPEGRAD_")) or k == "TAPEGRAD_CACHE_DIR"}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0 or env.get("EXPECT_FAIL"), out.stderr
@@ -114,34 +116,52 @@ def test_kept_plus_live_never_exceeds_the_peak():
     assert s2["peak_bytes"] == s2["live_bytes"] == 0  # the bound restarts from what is alive
 
 
+def _counted(a: np.ndarray) -> int:
+    """The bytes the cache counts live for ``a``'s block: its whole pages from MIN up."""
+    pages = -(-max(a.nbytes, a.itemsize) // 4096) * 4096
+    return pages if pages >= M else 0
+
+
 @needs_cache
 def test_random_allocations_keep_their_contents():
     """Arrays made, resized and freed in a random order (sizes around the MIN line and
-    sharing pages) each keep their own contents: no block is ever handed out twice."""
+    sharing pages) each keep their own contents: no block is ever handed out twice; the live
+    bytes are the live arrays' blocks at every step, realloc's growing and shrinking counted."""
     rng = np.random.default_rng(0)
     live: dict[int, np.ndarray] = {}
-    sizes = [8, 24, 1016, 4096, MIB, M - 8, M, M + 8, 2 * M - 4096, 2 * M, 3 * M + 100]
-    for step in range(300):
-        op = rng.integers(4)
-        if len(live) > 12:
-            op = 2
-        if op < 2 or not live:
-            n = int(rng.choice(sizes)) + int(rng.integers(0, 3)) * 8
-            maker = np.zeros if op == 0 else np.empty
-            a = maker(n // 8)
-            if maker is np.zeros:
-                assert not a.any()
-            a.fill(step)
-            live[step] = a
-        elif op == 2:
-            del live[int(rng.choice(list(live)))]
-        else:  # grow or shrink in place (realloc), across the MIN line
-            k = int(rng.choice(list(live)))
-            a = live.pop(k)
-            a.resize(int(rng.choice(sizes)) // 8, refcheck=False)
-            a.fill(k)
-            live[k] = a
-        _check_bound(tg.memory_stats())
+    sizes = [8, 24, 1016, 4096, MIB, M - 4096, M - 4095, M - 8, M, M + 8, 2 * M - 4096, 2 * M,
+             3 * M + 100]
+    gc.collect()  # no array of an earlier test is freed under the count
+    gc.disable()
+    try:
+        base = tg.memory_stats()["live_bytes"]
+        for step in range(300):
+            op = rng.integers(4)
+            if len(live) > 12:
+                op = 2
+            if op < 2 or not live:
+                n = int(rng.choice(sizes)) + int(rng.integers(0, 3)) * 8
+                maker = np.zeros if op == 0 else np.empty
+                a = maker(n // 8)
+                if maker is np.zeros:
+                    assert not a.any()
+                a.fill(step)
+                live[step] = a
+                del a  # the table holds the only reference
+            elif op == 2:
+                del live[int(rng.choice(list(live)))]
+            else:  # grow or shrink in place (realloc), across the MIN line
+                k = int(rng.choice(list(live)))
+                a = live.pop(k)
+                a.resize(int(rng.choice(sizes)) // 8, refcheck=False)
+                a.fill(k)
+                live[k] = a
+                del a
+            stats = tg.memory_stats()
+            assert stats["live_bytes"] - base == sum(map(_counted, live.values())), (step, op)
+            _check_bound(stats)
+    finally:
+        gc.enable()
     for k, a in live.items():
         assert (a == k).all()
 
@@ -161,3 +181,45 @@ def test_other_threads_keep_numpys_allocator():
     t.join()
     assert tg.memory_stats()["kept_bytes"] == before + 2 * M * 8
     _check_bound(tg.memory_stats())
+
+
+CODE = ("import numpy as np, tapegrad as tg; from tapegrad import _array_cache as c; "
+        "core = getattr(np, '_core', None) or np.core; "
+        "a = np.ones(c.MIN); del a; b = np.zeros(c.MIN); "
+        "print(c._code, tg.memory_stats()['hits'], core.multiarray.get_handler_name(b))")
+
+
+def test_machine_code_is_kept_for_the_next_process(tmp_path):
+    """The first import compiles the IR and leaves its machine code in the cache folder; the
+    next loads it from there (and leaves the file as it was)."""
+    assert _run(CODE, TAPEGRAD_CACHE_DIR=str(tmp_path)) == "compiled 1 tapegrad"
+    (path,) = tmp_path.glob("array-cache-*.o")
+    made = path.stat().st_mtime_ns
+    assert _run(CODE, TAPEGRAD_CACHE_DIR=str(tmp_path)) == "loaded 1 tapegrad"
+    assert path.stat().st_mtime_ns == made
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+@pytest.mark.parametrize("spoil", ["flip", "truncate", "foreign"])
+def test_a_spoilt_machine_code_file_is_compiled_again(tmp_path, spoil):
+    assert _run(CODE, TAPEGRAD_CACHE_DIR=str(tmp_path)) == "compiled 1 tapegrad"
+    (path,) = tmp_path.glob("array-cache-*.o")
+    good = path.read_bytes()
+    if spoil == "flip":  # one byte of the code
+        bad = good[:-100] + bytes([good[-100] ^ 0xFF]) + good[-99:]
+    elif spoil == "truncate":  # a write cut short
+        bad = good[: len(good) // 2]
+    else:  # another machine's or version's file under this name
+        head = len(_array_cache._MAGIC)
+        bad = good[:head] + b"0" * 32 + good[head + 32:]
+    path.write_bytes(bad)
+    assert _run(CODE, TAPEGRAD_CACHE_DIR=str(tmp_path)) == "compiled 1 tapegrad"
+    assert path.read_bytes() == good  # written anew
+    assert _run(CODE, TAPEGRAD_CACHE_DIR=str(tmp_path)) == "loaded 1 tapegrad"
+
+
+def test_no_writable_cache_folder_compiles_as_before(tmp_path):
+    (tmp_path / "file").write_text("")
+    where = str(tmp_path / "file" / "cache")  # under a file: no one can make it, root included
+    for _ in range(2):  # nothing said on stderr, nothing kept
+        assert _run(CODE, TAPEGRAD_CACHE_DIR=where) == "compiled 1 tapegrad"
