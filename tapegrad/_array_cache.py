@@ -55,7 +55,8 @@ MIN = 8 << 20
 SLOTS, DEPTH = 256, 64  # sizes kept, blocks kept per size
 SMALL, SMALL_DEPTH = 1024, 7  # blocks under 1 KiB: 7 kept per size in bytes (numpy's own rule)
 # State words: 0 kept bytes, 1 cap, 2 MIN, 3 hits, 4 misses, 5 SLOTS, 6 DEPTH, 7 live bytes,
-# 8 high-water mark of live bytes, 9 blocks freed to make room; slot s at 16 + s * (DEPTH + 2):
+# 8 high-water mark of live bytes, 9 blocks freed to make room, 10 whether the C library's
+# usable size of a block is under a page above its request (``_tight``); slot s at 16 + s * (DEPTH + 2):
 # its size, how many blocks it holds, the blocks; then, for each size under SMALL bytes, how many
 # blocks of it are kept and the blocks (SMALL_DEPTH + 1 words).
 _HEAD = 16
@@ -353,15 +354,20 @@ sized:
 ; A grown or shrunk block stays a whole number of pages once it is large (so that the size it
 ; is later freed with never names more bytes than it has), and is counted live by its new size.
 ; numpy does not pass the old size: the C library's usable size of the block is less than a
-; page above what was asked for (glibc, musl), so its whole pages are the size it was counted as.
+; page above what was asked for (glibc, musl: word 10 says so), so its whole pages are the size
+; it was counted as. Where it is not (size classes), realloc is not counted.
 define ptr @tg_realloc(ptr %s, ptr %p, i64 %size) {
 entry:
+  %tight = call i64 @get(ptr %s, i64 10)
+  %counts = icmp ne i64 %tight, 0
   %u = call i64 @malloc_usable_size(ptr %p)
   %u0 = and i64 %u, -4096
-  %old = call i64 @large(ptr %s, i64 %u0)
-  %new = call i64 @large(ptr %s, i64 %size)
-  %small = icmp eq i64 %new, 0
-  %want = select i1 %small, i64 %size, i64 %new
+  %old0 = call i64 @large(ptr %s, i64 %u0)
+  %old = select i1 %counts, i64 %old0, i64 0
+  %key = call i64 @large(ptr %s, i64 %size)
+  %small = icmp eq i64 %key, 0
+  %want = select i1 %small, i64 %size, i64 %key
+  %new = select i1 %counts, i64 %key, i64 0
   %grow = icmp ugt i64 %new, %old
   %more = sub i64 %new, %old
   br i1 %grow, label %room, label %move
@@ -481,10 +487,8 @@ def _compile() -> dict[str, int]:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     libc = ctypes.CDLL(None)
-    # malloc_size: macOS's name for the usable size of a block
-    usable = getattr(libc, "malloc_usable_size", None) or libc.malloc_size
     for name, fn in [(n, getattr(libc, n)) for n in ("malloc", "calloc", "realloc", "free")] + [
-            ("malloc_usable_size", usable)]:
+            ("malloc_usable_size", _usable(libc))]:
         llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
     module = llvm.parse_assembly(_IR)
     module.verify()
@@ -565,6 +569,32 @@ def _write_object(path: str, tag: bytes, code: bytes) -> None:
             os.unlink(tmp)
 
 
+def _usable(libc: ctypes.CDLL) -> Any:
+    """The C library's usable size of a block (``malloc_size`` on macOS)."""
+    usable = getattr(libc, "malloc_usable_size", None) or libc.malloc_size
+    usable.restype, usable.argtypes = ctypes.c_size_t, (ctypes.c_void_p,)
+    return usable
+
+
+def _tight() -> bool:
+    """Whether the usable size of a block is always under a page above its request (glibc,
+    musl; not allocators with size classes such as jemalloc's, 2 MiB apart at 8 MiB): only then
+    does it tell realloc the size a block was counted live as."""
+    libc = ctypes.CDLL(None)
+    usable, malloc, free = _usable(libc), libc.malloc, libc.free
+    malloc.restype, malloc.argtypes, free.argtypes = ctypes.c_void_p, (ctypes.c_size_t,), (
+        ctypes.c_void_p,)
+    for n in (MIN - 4096, MIN - 1, MIN, MIN + 4096, 5 * MIN // 4 + 4096, 3 * MIN + 8):
+        p = malloc(n)
+        if not p:
+            return False
+        u = usable(p)
+        free(p)
+        if not n <= u < n + 4096:
+            return False
+    return True
+
+
 def _forever(*objects: Any) -> None:
     """Never free these: arrays this allocator made may be freed as late as the interpreter's
     last moments, after module globals are gone."""
@@ -597,7 +627,7 @@ def install() -> bool:
     except Exception:  # no llvmlite, or no native target: numpy's allocator stays
         return False
     state = np.zeros(_SMALL_AT + SMALL * (SMALL_DEPTH + 1), np.int64)
-    state[1], state[2], state[5], state[6] = cap, MIN, SLOTS, DEPTH
+    state[1], state[2], state[5], state[6], state[10] = cap, MIN, SLOTS, DEPTH, _tight()
     handler = _Handler(b"tapegrad", 1, _Allocator(
         state.ctypes.data, *(addresses[n] for n in ("tg_malloc", "tg_calloc", "tg_realloc",
                                                     "tg_free"))))
