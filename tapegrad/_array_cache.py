@@ -23,7 +23,7 @@ more memory than its peak.
 allocator keeps them (up to 7 of each size in bytes), so small ops cost what they did.
 
 The four functions numpy calls are a few dozen lines of LLVM IR compiled with llvmlite (numba's
-code generator; about 40 ms) by the first import, whose machine code the kernel cache folder
+code generator; about 50 ms) by the first import, whose machine code the kernel cache folder
 keeps for later imports (``_compile``): numpy calls them with the GIL held, so the table needs
 no lock, and they never call back into Python. A block grown or shrunk by ``realloc`` is
 counted by its new size (numpy does not pass the old one: the C library's usable size of the
@@ -513,9 +513,10 @@ def _compile() -> dict[str, int]:
     return {name: engine.get_function_address(name) for name in _NAMES}
 
 
-# The machine code of the IR, kept in the kernel cache folder: compiling it is about 40 ms of
-# every import. A file holds _MAGIC, the key it was made for (the IR, llvmlite and LLVM, the
-# target and the CPU), a digest of the code, then the code; any other file is compiled afresh.
+# The machine code of the IR, kept in the kernel cache folder: loading it takes half of the
+# 50 ms compiling took in every import (the other half is loading llvmlite). A file holds
+# _MAGIC, the key it was made for (the IR, llvmlite and LLVM, the target and the CPU), a digest
+# of the code, then the code; any other file is compiled afresh.
 _MAGIC = b"tapegrad array cache object\n"
 _code = ""  # where this process's machine code came from: "compiled" or "loaded" (from the file)
 
