@@ -57,8 +57,8 @@ SMALL, SMALL_DEPTH = 1024, 7  # blocks under 1 KiB: 7 kept per size in bytes (nu
 # State words: 0 kept bytes, 1 cap, 2 MIN, 3 hits, 4 misses, 5 SLOTS, 6 DEPTH, 7 live bytes,
 # 8 high-water mark of live bytes, 9 blocks freed to make room, 10 whether the C library's
 # usable size of a block is under a page above its request (``_tight``); slot s at
-# 16 + s * (DEPTH + 2): its size, how many blocks it holds, the blocks; then, for each size under SMALL bytes, how many
-# blocks of it are kept and the blocks (SMALL_DEPTH + 1 words).
+# 16 + s * (DEPTH + 2): its size, how many blocks it holds, the blocks; then, for each size
+# under SMALL bytes, how many blocks of it are kept and the blocks (SMALL_DEPTH + 1 words).
 _HEAD = 16
 _SMALL_AT = _HEAD + SLOTS * (DEPTH + 2)
 
