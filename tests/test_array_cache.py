@@ -1,4 +1,4 @@
-"""tapegrad's array cache (tapegrad/_array_cache.py): large freed blocks serve the next array of
+"""tapegrad's array cache (tapegrad/_array_cache/): large freed blocks serve the next array of
 their size, never more kept than the program's peak, with numpy's allocator a switch away."""
 
 from __future__ import annotations
