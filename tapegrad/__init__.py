@@ -94,7 +94,7 @@ from .ops import *  # noqa: F403
 from .ops import abs, all, any, max, min, pow, round, sum  # noqa: F401
 
 _malloc.tune()  # keep freed array memory for reuse (see _malloc.py; TAPEGRAD_TUNE_MALLOC=0)
-_array_cache.install()  # large array blocks reused at the same size (see _array_cache.py)
+_array_cache.install()  # large array blocks reused at the same size (see _array_cache/)
 
 detach = stop_gradient
 bool = bool_  # noqa: A001  (tg.bool, as torch.bool)
