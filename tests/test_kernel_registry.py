@@ -171,7 +171,7 @@ CASES = {
         ARRAYS, _r(13, (4, 8), dt), _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1),
         1.0, 0, False))),
     "add_bias": (True, lambda dt: (LIN._add_bias_np, (_r(14, (128, 128), dt), _r(15, (128,), dt)))),
-    "linear_gemm": (False, lambda dt: [(LIN._gemm_bias, (_r(14, (70, 40), dt), _r(15, (96, 40), dt), b))
+    "linear_gemm": (False, lambda dt: [(LIN._gemm_bias, (_r(14, (110, 40), dt), _r(15, (96, 40), dt), b))
                                        for b in (_r(16, (96,), dt), None)]),
     "bias_relu": (True, lambda dt: [(LIN._bias_relu_np, (_r(14, (70, 40), dt), b))
                                     for b in (_r(15, (40,), dt), None)]),

@@ -425,8 +425,10 @@ def test_cached_parameter_list_follows_every_change():
     """tape.gradient(loss, model) reuses the parameter list until the module tree changes."""
     from tapegrad import nn
 
-    def same(m):
-        assert [id(p) for p in m._parameter_list()] == [id(p) for p in m.parameters()]
+    def same(m):  # the cached list and parameters() (which reads it) against a fresh walk
+        walked = [id(p) for _, p in m.named_parameters()]
+        assert [id(p) for p in m._parameter_list()] == walked
+        assert [id(p) for p in m.parameters()] == walked
 
     class Net(nn.Module):
         def __init__(self):

@@ -22,10 +22,11 @@ def _cases(n: int) -> dict[str, tuple]:
         "add_bias": (rows, np.ones(8, np.float32)),
         "sgd": (a, a, {}, group),
         "adam": (a, a, adam_state, group),
+        "linear_gemm": (np.ones((n // 8, 8), np.float32), np.ones((64, 8), np.float32), None),
     }
 
 
-@pytest.mark.parametrize("op", ["relu", "relu_grad", "add_bias", "sgd", "adam"])
+@pytest.mark.parametrize("op", ["relu", "relu_grad", "add_bias", "sgd", "adam", "linear_gemm"])
 def test_no_implementation_fits_below_the_gate(op):
     implementations()  # the table's registrations
     n = SMALLEST[op]

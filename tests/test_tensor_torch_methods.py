@@ -67,6 +67,29 @@ def test_inplace_arithmetic_equals_torch_and_bumps_version():
     assert a._version == v + 8
 
 
+def test_inplace_arithmetic_in_float32_is_torchs_bits():
+    """A Python number does not widen float32 in-place arithmetic (PyTorch computes in the
+    tensor's dtype): the hand-written SGD step ``p.sub_(lr * g)`` and its friends, bit for bit."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((50, 70)).astype(np.float32)
+    g = rng.standard_normal((50, 70)).astype(np.float32)
+    x, tx = tg.tensor(a.copy()), torch.tensor(a.copy())
+    y, ty = tg.tensor(g), torch.tensor(g)
+    x.sub_(0.1 * y).add_(0.3).mul_(1.7).div_(3.1).sub_(0.7).add_(y).mul_(y).div_(2)
+    tx.sub_(0.1 * ty).add_(0.3).mul_(1.7).div_(3.1).sub_(0.7).add_(ty).mul_(ty).div_(2)
+    assert x.dtype == np.float32
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    x.add_(y[0])  # a row broadcast
+    tx.add_(ty[0])
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    x.add_(x)  # the operand is the tensor itself
+    tx.add_(tx)
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    with pytest.raises(ValueError, match=r"add_: the result has shape \(3, 50, 70\)"):
+        x.add_(tg.ones((3, 50, 70)))  # would broadcast the tensor itself: refused, unchanged
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+
+
 def test_inplace_int_tensor_refuses_float_result():
     x = tg.tensor([1, 2, 3])
     with pytest.raises(TypeError, match="div_: a float64 result cannot be stored in a int64"):

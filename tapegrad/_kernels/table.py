@@ -394,13 +394,22 @@ register("relu_bias_grad", "loop",
 
 
 # -- a linear layer's product (bmm.py): x @ w.T or (w @ x.T).T, chosen by measurement ---------
+# below 4096 input elements the transposed product never won by more than 0.4 us, where choosing
+# costs about 2 us a call (Zen 4, x (N, I) -> O, x @ w.T / transposed: 32x4->1 2.0 / 2.5 us,
+# 64x5->32 3.3 / 4.1, 64x32->32 4.8 / 6.2, 64x32->2 2.6 / 2.3, 128x64->64 19.9 / 26.4): the
+# small layers of an MLP (make bench (a), pytorch/examples regression) skip the dispatcher
+_LINEAR_T_MIN = 1 << 12
+
+
 def _linear_t_fits(x: Any, w: Any, b: Any) -> bool:
-    return (x.ndim == 2 and floats(x, w, b) and x.shape[0] >= 16 and w.flags.c_contiguous
+    return (x.ndim == 2 and x.size >= _LINEAR_T_MIN and floats(x, w, b) and x.shape[0] >= 16
+            and w.flags.c_contiguous
             and (b is None or b.flags.c_contiguous))
 
 
 # by hand (TAPEGRAD_TUNE=0): few rows and a wide layer, where it was measured faster (the
 # MLP's 128 x 784 -> 512 and 128 x 512 -> 512 at one thread; 1024 rows x 128 -> 512 lost 3x)
 register("linear_gemm", "transposed product", _linear_t_fits, "bmm:linear_t",
-         prefer=lambda x, w, b: x.shape[0] <= 256 and w.shape[0] >= 2 * x.shape[0])
+         prefer=lambda x, w, b: x.shape[0] <= 256 and w.shape[0] >= 2 * x.shape[0],
+         min_size=_LINEAR_T_MIN)
 tunable("linear_gemm", reference=True)

@@ -45,7 +45,11 @@ class _Size(int):
         return self._shape[check_axis(dim, len(self._shape), "size")]
 
 
-def _torch_inplace(name: str, f: Any) -> Any:
+def _torch_inplace(name: str, f: Any, ufunc: Any = None) -> Any:
+    """The method ``name``: ``f(array, *args)`` stored into the tensor's array; where ``ufunc``
+    is given, a call with one operand runs it straight into the array (``out=``), as PyTorch's
+    in-place arithmetic computes in the tensor's dtype (a Python number does not widen it)."""
+
     def op(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         if _tape.is_grad_enabled() and any(tp._recording for tp in self._tapes):
             raise RuntimeError(
@@ -55,6 +59,16 @@ def _torch_inplace(name: str, f: Any) -> Any:
                 "tensor the tape did not save"
             )
         _before_write(self, name)
+        if ufunc is not None and len(args) == 1 and not kwargs:
+            other = args[0]
+            try:
+                ufunc(self._data, other._data if isinstance(other, Tensor) else other,
+                      out=self._data)
+            except (TypeError, ValueError, OverflowError):
+                pass  # a shape or dtype the tensor cannot hold: the path below names it
+            else:
+                self._version += 1
+                return self
         args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
         kwargs = {k: v._data if isinstance(v, Tensor) else v for k, v in kwargs.items()}
         new = np.asarray(f(self._data, *args, **kwargs))
@@ -73,12 +87,17 @@ def _torch_inplace(name: str, f: Any) -> Any:
     return op
 
 
+def _operand(other: Any) -> Any:
+    """An in-place operand: a Python float kept as one (it takes the tensor's dtype)."""
+    return other if isinstance(other, float) else np.asarray(other)
+
+
 def _add(a: Any, other: Any, alpha: float = 1) -> Any:
-    return a + alpha * np.asarray(other)
+    return a + alpha * _operand(other)
 
 
 def _sub(a: Any, other: Any, alpha: float = 1) -> Any:
-    return a - alpha * np.asarray(other)
+    return a - alpha * _operand(other)
 
 
 def _clamp(a: Any, min: Any = None, max: Any = None) -> Any:
@@ -164,10 +183,10 @@ def torch() -> dict[str, Any]:
         "new_ones": _new_full_like(1),
         "new_empty": _new_full_like(0),
         "new_full": _new_full,
-        "add_": _torch_inplace("add_", _add),
-        "sub_": _torch_inplace("sub_", _sub),
-        "mul_": _torch_inplace("mul_", np.multiply),
-        "div_": _torch_inplace("div_", np.true_divide),
+        "add_": _torch_inplace("add_", _add, np.add),
+        "sub_": _torch_inplace("sub_", _sub, np.subtract),
+        "mul_": _torch_inplace("mul_", np.multiply, np.multiply),
+        "div_": _torch_inplace("div_", np.true_divide, np.true_divide),
         "clamp_": _torch_inplace("clamp_", _clamp),
         "fill_": _torch_inplace("fill_", np.full_like),
         "zero_": _torch_inplace("zero_", np.zeros_like),

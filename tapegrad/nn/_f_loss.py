@@ -264,6 +264,10 @@ def _cross_entropy_probs(
 
 def _pair(input: Any, target: Any, op: str) -> tuple[Tensor, Tensor]:
     """Input and target as float tensors of one dtype, broadcast together (PyTorch warns)."""
+    if input.__class__ is Tensor and target.__class__ is Tensor:  # the common case, checked lean
+        xd, td = input._data, target._data
+        if xd.dtype is td.dtype and xd.dtype.kind == "f" and xd.shape == td.shape:
+            return input, target
     x = float_input(input, op)
     t = float_input(target, op, "target")
     x, t = same_float(x, t)

@@ -226,8 +226,11 @@ class Module:
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         """Every parameter, each once."""
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+        if recurse:
+            cached = self.__dict__.get("_param_cache")
+            if cached is not None and cached[0] == structure():  # unchanged since the last walk
+                return iter(cached[1])
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def _parameter_list(self) -> list[Parameter]:
         """``list(self.parameters())`` (``tape.gradient(loss, model)`` takes it every step),

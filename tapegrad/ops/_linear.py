@@ -38,6 +38,8 @@ def _gemm_bias(x: Any, w: Any, b: Any) -> Any:
 
 def _linear_fwd(x: Any, w: Any, b: Any = None) -> Any:
     if x.ndim == 2:  # the common case, without the reshapes
+        if x.size < SMALLEST.get("linear_gemm", 0):  # too small for any kernel: no dispatcher
+            return _gemm_bias(x, w, b)
         return dispatch("linear_gemm", _gemm_bias, x, w, b)
     y = dispatch("linear_gemm", _gemm_bias, x.reshape(-1, x.shape[-1]), w, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],))

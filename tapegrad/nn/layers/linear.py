@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..._amp import _STATE as _AUTOCAST
+from ..._autodiff import apply
 from ..._tensor import Parameter, Tensor
+from ...ops._linear import LINEAR
 from .. import functional as F
 from .. import init
+from .._f_linear import _plain
 from .._module import Module
 from ._utils import check_dtype, new_param
 
@@ -68,6 +72,9 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input: Tensor) -> Tensor:
+        w, b = self.weight, self.bias
+        if _AUTOCAST.dtype is None and _plain(input, w, b):  # F.linear's common case, directly
+            return apply(LINEAR, input, w, b)
         if input.shape[-1:] != (self.in_features,):
             raise ValueError(
                 f"Linear(in_features={self.in_features}, out_features={self.out_features}): "
