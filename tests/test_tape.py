@@ -694,3 +694,38 @@ def test_op_hooks_see_every_op_and_every_gradient_then_go_away():
     before = len(ops)
     tg.exp(y)
     assert len(ops) == before  # removed
+
+
+def test_gradient_sums_add_in_place_without_touching_shared_arrays():
+    """Backward adds later terms into a sum it made itself: a slice's gradient goes into the
+    whole's (a split's pieces), a second term into the first sum; an array that two inputs
+    share (add's VJP hands both the same one) is never written."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4, 9)), rng.standard_normal((4, 9))
+
+    def loss_of(u, v):
+        s = u * v
+        p, q, r = s.split(3, dim=1)  # three slices of one tensor
+        rest = (p * q).sum() + (r**2).sum() + (s * 3).sum() + (u[:, ::2] * 5).sum() + (u * v).sum()
+        # recorded last, so walked first: add hands one gradient array to both u and v, then
+        # u's other terms arrive
+        return rest + (u + v).sum()
+
+    x, y = tg.Parameter(tg.tensor(a)), tg.Parameter(tg.tensor(b))
+    with tg.Tape() as tape:
+        loss = loss_of(x, y)
+    gx, gy = tape.gradient(loss, [x, y])
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    loss_of(tx, ty).backward()
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gy.numpy(), ty.grad.numpy(), rtol=1e-12)
+
+
+def test_split_pieces_gradient_matches_finite_differences():
+    from tapegrad.testing import check_grads
+
+    def f(t):
+        p, q, r = t.split(2, dim=0)
+        return (p * q).sum() + (r**3).sum() + (t * t).sum()
+
+    check_grads(f, [tg.tensor(np.random.default_rng(1).standard_normal((6, 3)))])

@@ -18,6 +18,8 @@ from ._namespace import ARRAYS, tensor_namespace
 from ._record import INPUTS, OUT_TID, PARAMS, PRIM, Node, input_tid, no_vjp_error, saved_args
 from ._state import STATE
 
+_NDARRAY = np.ndarray
+
 
 def needed_tids(nodes: list[Any], sources: set[int]) -> set[int]:
     """The tids that depend on ``sources`` (and so need a gradient), sources included."""
@@ -57,6 +59,9 @@ def reverse_pass(
     # On arrays with no capture and no anomaly hook (training), VJPs are called directly:
     # ``call``'s frame and the step's name cost ~10% of a small model's backward.
     direct = cap is None and not tensors and after_vjp is None
+    # tids whose gradient in `grads` is an array this pass made (a sum, or a fresh VJP result of
+    # a primitive with `accumulate`) that no one else holds: later terms are added into it
+    owned: set[int] = set()
     for k in range(len(nodes) - 1, -2, -1):
         if final_at and k + 1 in final_at:  # every op after k is passed: these leaves' gradients are final
             for t in final_at[k + 1]:
@@ -73,6 +78,7 @@ def reverse_pass(
         g = grads.pop(tid, None)
         if g is None:
             continue
+        owned.discard(tid)
         if tid in keep:
             results[tid] = g
         prim, params = rec[PRIM], rec[PARAMS]
@@ -89,6 +95,9 @@ def reverse_pass(
             itid = e if type(e) is int else e._tid
             if itid not in needed:
                 continue
+            if (i == 0 and itid in owned and prim.accumulate is not None
+                    and g.dtype == grads[itid].dtype and prim.accumulate(grads[itid], g, **params)):
+                continue  # added into the sum in place
             if joint is not None:
                 gi = joint[i] if direct else call(_item, "item", xp, (joint,), {"i": i})
             else:
@@ -114,8 +123,16 @@ def reverse_pass(
             prev = grads.get(itid)
             if prev is None:
                 grads[itid] = gi
+                if direct and i == 0 and prim.accumulate is not None and type(gi) is _NDARRAY:
+                    owned.add(itid)  # its VJP's result is new: later terms may go into it
+            elif not direct:
+                grads[itid] = call(_add, "add", xp, (prev, gi), {})
+            elif itid in owned:
+                np.add(prev, gi, out=prev)  # a sum this pass made: no new array per term
             else:
-                grads[itid] = prev + gi if direct else call(_add, "add", xp, (prev, gi), {})
+                grads[itid] = prev = prev + gi
+                if type(prev) is _NDARRAY:
+                    owned.add(itid)
             prev = gi = None
         # drop this node's arrays now, not when the names are next rebound
         ans = args = joint = g = None

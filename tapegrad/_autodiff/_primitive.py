@@ -39,11 +39,15 @@ class Primitive:
     backward raises if such an input is asked for one. ``inplace``: the forward writes its
     first input and returns it (a running statistic), so a replay keeps the call although
     nothing reads its result. ``expr``: the rules as expressions (``_expr.Elementwise``), or
-    None.
+    None. ``accumulate``: None, or ``accumulate(total, g, **params) -> bool`` that adds the
+    first input's VJP of ``g`` into ``total`` in place and says whether it did (the backward
+    pass on arrays passes a gradient sum it made itself, nobody else's array); a primitive that
+    has it returns a new array from that VJP (getitem: a slice's gradient written into the
+    gradient of the whole, not into zeros of the whole added to it).
     """
 
     __slots__ = ("name", "fwd", "vjps", "joint", "save", "save_out", "save_args", "save_prefix",
-                 "inplace", "expr")
+                 "inplace", "expr", "accumulate")
 
     def __init__(
         self,
@@ -58,6 +62,7 @@ class Primitive:
         self.fwd = fwd
         self.inplace = inplace
         self.expr = expr
+        self.accumulate: Callable[..., bool] | None = None
         if vjp is None and expr is not None and expr.vjps:  # the VJPs rendered from it
             vjp = tuple(None if e is None else vjp_function(e) for e in expr.vjps)
         self.joint = vjp.fn if isinstance(vjp, Joint) else None

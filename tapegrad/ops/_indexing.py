@@ -75,6 +75,18 @@ _getitem: Primitive = defprim(
 )
 
 
+def _getitem_accumulate(total: Any, g: Any, idx: Any, advanced: bool, shape: tuple[int, ...]) -> bool:
+    """``total += index_grad(g)`` in place for a basic index (positions never repeat): the
+    slices of a split add into one gradient instead of each making zeros of the whole."""
+    if advanced or type(total) is not np.ndarray:
+        return False
+    total[idx] += g
+    return True
+
+
+_getitem.accumulate = _getitem_accumulate
+
+
 _LAYOUT_MESSAGE = (
     "index: x[{idx}] (tensor shape {shape}) mixes an integer and an index array separated by a "
     "slice, where numpy and PyTorch place the array's axes differently (numpy counts the integer "
