@@ -446,6 +446,26 @@ def fused_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bo
     return p != "input_grad" or wshape[1] >= FUSED_INPUT_GRAD_MADE
 
 
+def poly_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    """A 4x4 kernel, stride 2, no dilation, one group, outputs of at least 2x2."""
+    return (geom.kernel == (4, 4) and geom.stride == (2, 2) and geom.dilation == (1, 1)
+            and groups == 1 and min(geom.out_hw) >= 2 and _K.usable(*arrays))
+
+
+# Channel pairs (C x O) from which the hand thresholds take the polyphase Winograd kernels
+# (conv_poly.py) for 4x4 stride-2 layers. DCGAN ngf 64 (batch 64, 2 threads, AMD EPYC Zen 4,
+# benchmarks/conv_strategies.py), forward / input gradient / weight gradient, ms, against the
+# kernels kept before (PyTorch): 256 -> 512 8x8 to 4x4 18.0 / 18.2 / 17.3 against pixel-major
+# 27.6 / 26.6 / 31.4 (20.6 / 23.8 / 27.6); 128 -> 256 16 -> 8 about 21 / 22 / 22 against
+# blocked 21.9 / 23.6 / 29.1 (21.0 / 25.5 / 24.4); at 64 -> 128 (32 -> 16) the blocked kernels
+# stay faster (22.0 / 23.0 / 30.0 against 31.9 / 25.7 / 34.3).
+POLY_PAIRS = 128 * 256
+
+
+def poly_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    return wshape[0] * wshape[1] >= POLY_PAIRS
+
+
 def blocked_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
     """One group and the channels made a multiple of the blocks' 16 (``conv_blocked.OB``)."""
     return groups == 1 and wshape[1 if p == "input_grad" else 0] % 16 == 0 and _K.usable(*arrays)
@@ -475,7 +495,8 @@ def pixel_major_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str)
 
 # the strategies in the order the hand thresholds try them, and the three passes (the
 # operation each dispatches)
-STRATEGIES = ("pointwise", "pixels", "direct", "fused", "blocked", "winograd", "pixel_major")
+STRATEGIES = ("pointwise", "pixels", "direct", "fused", "poly", "blocked", "winograd",
+              "pixel_major")
 PASSES = {"conv2d": "conv", "conv2d_input_grad": "input_grad",
           "conv2d_weight_grad": "weight_grad"}
 
@@ -582,3 +603,21 @@ def pixel_major_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any)
     from . import conv_gemm as pm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
+
+
+def poly_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.conv(x, w, b, geom)
+
+
+def poly_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.input_grad(g, w, geom)
+
+
+def poly_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.weight_grad(g, x, geom, wshape)
