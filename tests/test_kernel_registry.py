@@ -78,10 +78,11 @@ _CONV = CV.Geom((2, 3, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (6, 6))
 def _conv_cases(dt):
     """(x, w, b, g, geom, groups) for each convolution strategy: a 3x3 layer on a 1x1 map (one
     live tap: pointwise), 16 -> 16 3x3 stride 1 (direct, fused, blocked, Winograd), a 4x4
-    stride-2 layer in two groups (pixel-major)."""
+    stride-2 layer in two groups (pixel-major) and in one (polyphase Winograd)."""
     out = []
     for i, (n, c, hw, o, k, s, p, groups) in enumerate([
-            (3, 16, 1, 32, 3, 1, 1, 1), (2, 16, 6, 16, 3, 1, 1, 1), (2, 8, 9, 6, 4, 2, 1, 2)]):
+            (3, 16, 1, 32, 3, 1, 1, 1), (2, 16, 6, 16, 3, 1, 1, 1), (2, 8, 9, 6, 4, 2, 1, 2),
+            (2, 8, 9, 6, 4, 2, 1, 1)]):
         ho = CV.out_size(hw, k, s, (p, p), 1)
         geom = CV.Geom((n, c, hw, hw), (k, k), (s, s), ((p, p), (p, p)), (1, 1), (ho, ho))
         out.append((_r(50 + i, (n, c, hw, hw), dt), _r(60 + i, (o, c // groups, k, k), dt),

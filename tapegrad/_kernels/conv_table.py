@@ -23,8 +23,15 @@ import math
 from typing import Any
 
 from .. import _kernels as _K
-from .._backend import np
 from . import conv_pixels  # numpy only, as this module
+from .conv_pointwise import (  # numpy only too: the pointwise strategy's entries, registered here
+    pointwise_conv,
+    pointwise_input_grad,
+    pointwise_weight_grad,
+    taps,
+)
+
+__all__ = ["pointwise_conv", "pointwise_input_grad", "pointwise_weight_grad", "taps"]
 
 COLS_BUDGET = 1 << 18  # elements of im2col columns per chunk (1 MiB of float32)
 
@@ -249,53 +256,6 @@ def _pixels(geom: Any) -> int:
     return int(geom.out_hw[0] * geom.out_hw[1])
 
 
-def _live(n: int, out: int, k: int, s: int, pad: int, d: int) -> tuple[int, ...]:
-    """The taps of one axis that read the input (not only padding) at some output position."""
-    return tuple(t for t in range(k)
-                 if any(0 <= j * s + t * d - pad < n for j in range(out)))
-
-
-def taps(geom: Any) -> tuple[slice, slice, slice, slice, bool, bool] | None:
-    """How a convolution is one GEMM, or None. Along each axis either every output reads one
-    input pixel through the same tap (a 1x1 kernel, a 3x3 one padded by 1 on a 1x1 map), or
-    there is one output, which reads the input through a run of taps (the others read only
-    padding: a 3x3 stride-2 layer on a 2x2 map). Returns the input's row and column slices
-    read, the kernel's row and column taps, and whether each axis is a window (summed over)."""
-    _, _, h, w = geom.in_shape
-    axes = []
-    for n, o, k, s, (pad, _), d in zip((h, w), geom.out_hw, geom.kernel, geom.stride,
-                                       geom.padding, geom.dilation, strict=True):
-        live = _live(n, o, k, s, pad, d)
-        if o == 1 and live:  # one window: its live taps read inside the input
-            t0, t1 = live[0], live[-1]
-            axes.append((slice(t0 * d - pad, t1 * d - pad + 1, d), slice(t0, t1 + 1), True))
-            continue
-        if len(live) != 1:
-            return None
-        start = live[0] * d - pad
-        if start < 0 or start + s * (o - 1) >= n:  # an output reading padding
-            return None
-        axes.append((slice(start, start + s * (o - 1) + 1, s), slice(live[0], live[0] + 1),
-                     False))
-    (rows, trows, wh), (cols, tcols, ww) = axes
-    return rows, cols, trows, tcols, wh, ww
-
-
-def _gemm_in(x: Any, geom: Any) -> tuple[Any, tuple[Any, ...]]:
-    """The input the GEMM reads, (N, K, P): K runs over the channels and the window axes, P
-    over the output pixels; and the plan (``taps``)."""
-    plan = taps(geom)
-    rows, cols, _, _, wh, ww = plan  # type: ignore[misc]
-    xs = x[:, :, rows, cols]  # (N, C, A, B)
-    k_axes = [a for a, win in ((2, wh), (3, ww)) if win]
-    p_axes = [a for a, win in ((2, wh), (3, ww)) if not win]
-    n, c = x.shape[:2]
-    k = c * math.prod(xs.shape[a] for a in k_axes)
-    if k_axes == [3] and p_axes == [2]:
-        xs = xs.transpose(0, 1, 3, 2)
-    return xs.reshape(n, k, -1), plan  # type: ignore[return-value]
-
-
 def pointwise_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
     return groups == 1 and _K.usable(*arrays) and taps(geom) is not None
 
@@ -312,61 +272,6 @@ POINTWISE_PIXELS = 1
 
 def pointwise_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
     return _pixels(geom) <= POINTWISE_PIXELS
-
-
-def pointwise_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
-    """conv2d as the live taps' weights (O, K) times the input's (N, K, P)."""
-    xk, (_, _, trows, tcols, _, _) = _gemm_in(x, geom)
-    n, o = x.shape[0], w.shape[0]
-    wk = w[:, :, trows, tcols].reshape(o, -1)  # (O, K)
-    if xk.shape[2] == 1:
-        y = xk[:, :, 0] @ wk.T  # (N, O): one GEMM
-        if b is not None:
-            y += b
-    else:
-        y = np.matmul(wk, xk)  # (N, O, P)
-        if b is not None:
-            y += b[:, None]
-    return y.reshape(n, o, *geom.out_hw)
-
-
-def pointwise_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
-    rows, cols, trows, tcols, wh, ww = taps(geom)  # type: ignore[misc]
-    n, o, ho, wo = g.shape
-    c = w.shape[1]
-    wm = w[:, :, trows, tcols]  # (O, C, ta, tb)
-    wk = wm.reshape(o, -1)
-    if ho * wo == 1:
-        gk = g.reshape(n, o) @ wk  # (N, K)
-    else:
-        gk = np.matmul(wk.T, g.reshape(n, o, -1))  # (N, K, P)
-    # back to (N, C, A, B): the window axes from K, the pixel axes from P
-    ta, tb = wm.shape[2:]
-    sizes = {2: ta if wh else ho, 3: tb if ww else wo}
-    order = [a for a, win in ((2, wh), (3, ww)) if win] + [a for a, win in ((2, wh), (3, ww))
-                                                           if not win]
-    gs = gk.reshape(n, c, *(sizes[a] for a in order))
-    if order == [3, 2]:
-        gs = np.ascontiguousarray(gs.transpose(0, 1, 3, 2))
-    if gs.shape[2:] == tuple(geom.in_shape[2:]) and rows.step == cols.step == 1:
-        return gs  # every input pixel read: no zeros around
-    gx = np.zeros(geom.in_shape, dtype=gs.dtype)
-    gx[:, :, rows, cols] = gs
-    return gx
-
-
-def pointwise_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: tuple[int, ...]) -> Any:
-    xk, (_, _, trows, tcols, _, _) = _gemm_in(x, geom)
-    n, o = g.shape[:2]
-    if xk.shape[2] == 1:
-        dwk = g.reshape(n, o).T @ xk[:, :, 0]  # (O, K)
-    else:
-        dwk = np.tensordot(g.reshape(n, o, -1), xk, axes=([0, 2], [0, 2]))
-    dw = np.zeros(wshape, dtype=dwk.dtype)
-    ta = trows.stop - trows.start
-    tb = tcols.stop - tcols.start
-    dw[:, :, trows, tcols] = dwk.reshape(o, wshape[1], ta, tb)
-    return dw
 
 
 # Output pixels (2 up to this many), and channel pairs from PIXELS_CHANNELS, for which the hand
@@ -446,6 +351,26 @@ def fused_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bo
     return p != "input_grad" or wshape[1] >= FUSED_INPUT_GRAD_MADE
 
 
+def poly_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    """A 4x4 kernel, stride 2, no dilation, one group, outputs of at least 2x2."""
+    return (geom.kernel == (4, 4) and geom.stride == (2, 2) and geom.dilation == (1, 1)
+            and groups == 1 and min(geom.out_hw) >= 2 and _K.usable(*arrays))
+
+
+# Channel pairs (C x O) from which the hand thresholds take the polyphase Winograd kernels
+# (conv_poly.py) for 4x4 stride-2 layers. DCGAN ngf 64 (batch 64, 2 threads, AMD EPYC Zen 4,
+# benchmarks/conv_strategies.py), forward / input gradient / weight gradient, ms, against the
+# kernels kept before (PyTorch): 256 -> 512 8x8 to 4x4 18.0 / 18.2 / 17.3 against pixel-major
+# 27.6 / 26.6 / 31.4 (20.6 / 23.8 / 27.6); 128 -> 256 16 -> 8 about 21 / 22 / 22 against
+# blocked 21.9 / 23.6 / 29.1 (21.0 / 25.5 / 24.4); at 64 -> 128 (32 -> 16) the blocked kernels
+# stay faster (22.0 / 23.0 / 30.0 against 31.9 / 25.7 / 34.3).
+POLY_PAIRS = 128 * 256
+
+
+def poly_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
+    return wshape[0] * wshape[1] >= POLY_PAIRS
+
+
 def blocked_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
     """One group and the channels made a multiple of the blocks' 16 (``conv_blocked.OB``)."""
     return groups == 1 and wshape[1 if p == "input_grad" else 0] % 16 == 0 and _K.usable(*arrays)
@@ -475,7 +400,8 @@ def pixel_major_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str)
 
 # the strategies in the order the hand thresholds try them, and the three passes (the
 # operation each dispatches)
-STRATEGIES = ("pointwise", "pixels", "direct", "fused", "blocked", "winograd", "pixel_major")
+STRATEGIES = ("pointwise", "pixels", "direct", "fused", "poly", "blocked", "winograd",
+              "pixel_major")
 PASSES = {"conv2d": "conv", "conv2d_input_grad": "input_grad",
           "conv2d_weight_grad": "weight_grad"}
 
@@ -582,3 +508,21 @@ def pixel_major_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any)
     from . import conv_gemm as pm  # noqa: PLC0415 # lazy: kernel modules import numba on first use
 
     return pm.weight_grad(g, x, geom, groups, wshape, _pm_chunks(pm, geom, groups, wshape))
+
+
+def poly_conv(x: Any, w: Any, b: Any, geom: Any, groups: int) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.conv(x, w, b, geom)
+
+
+def poly_input_grad(g: Any, w: Any, geom: Any, groups: int) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.input_grad(g, w, geom)
+
+
+def poly_weight_grad(g: Any, x: Any, geom: Any, groups: int, wshape: Any) -> Any:
+    from . import conv_poly  # noqa: PLC0415 # lazy: kernel modules import numba on first use
+
+    return conv_poly.weight_grad(g, x, geom, wshape)
