@@ -205,7 +205,7 @@ import tapegrad as tg
 from tapegrad._kernels.chunks import num_threads
 from tapegrad._kernels import (activation, attention, attention_heads, batchnorm, conv,
                                conv_direct, conv_gemm, elementwise, gelu, layernorm, optim, pool,
-                               threads)
+                               softmax, threads)
 from tapegrad.ops._conv import Geom
 
 for mod, name in ((elementwise, "PARALLEL_MIN"), (attention, "PARALLEL_MIN"),
@@ -273,6 +273,11 @@ CASES = {
     "adam": lambda: adam(x, g, g * 0.1, g * g, 0.0, False),
     "adamw": lambda: adam(x, g, g * 0.1, g * g, 0.01, True),
     "softmax_rows": lambda: inplace(attention.softmax_rows, s, mask, 0.5),
+    "softmax": lambda: softmax.softmax(s, False, True),
+    "log_softmax": lambda: softmax.softmax(s, True, True),
+    "softmax_grad": lambda: softmax.softmax_grad(s * 0.3, softmax.softmax(s, False), False, True),
+    "log_softmax_grad": lambda: softmax.softmax_grad(s * 0.3, softmax.softmax(s, True), True,
+                                                     True),
     "score_grad_rows": lambda: inplace(
         lambda dp: attention.score_grad_rows(attention.softmax_rows(sp := s.copy(), None, 0.5)
                                              or sp, dp, gs, os_, 0.5, None), s * 0.3),
