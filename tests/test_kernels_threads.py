@@ -210,7 +210,7 @@ from tapegrad.ops._conv import Geom
 
 for mod, name in ((elementwise, "PARALLEL_MIN"), (attention, "PARALLEL_MIN"),
                   (attention_heads, "PARALLEL_MIN"), (batchnorm, "PARALLEL_MIN"),
-                  (layernorm, "PARALLEL_MIN"), (conv, "SUM_PARALLEL_MIN"),
+                  (conv, "SUM_PARALLEL_MIN"),
                   (conv_direct, "PARALLEL_MIN"), (conv_gemm, "PASS_MIN"), (pool, "PARALLEL_MIN")):
     setattr(mod, name, 0)
 assert threads.active(), threads.describe()
@@ -291,9 +291,9 @@ CASES = {
     "batch_norm_grad": lambda: batchnorm.batch_norm_grad(bn_large * 2, bn_large, wc7, 1e-5,
                                                          True),
     "channel_stats": lambda: batchnorm.channel_stats(bn_large),
-    "layer_norm": lambda: layernorm.layer_norm(ln, wl, bl, 24, 1e-5),
+    "layer_norm": lambda: layernorm.layer_norm(ln, wl, bl, 24, 1e-5, True),
     "layer_norm_grad input": lambda: layernorm.layer_norm_grad(ln * 2, ln, wl, 24, 1e-5,
-                                                               (True, False, False))[0],
+                                                               (True, False, False), True)[0],
     "channel_sum": lambda: conv.channel_sum(gc),
     "direct": lambda: conv_direct.direct(xc, wk, wc[:1].repeat(6), geom, 1),
     "direct_input_grad": lambda: conv_direct.direct_input_grad(gc, wk, geom, 1),
@@ -306,7 +306,7 @@ CASES = {
 }
 SUMS = {  # a sum split across threads: float rounding
     "layer_norm_grad weights": lambda: layernorm.layer_norm_grad(ln * 2, ln, wl, 24, 1e-5,
-                                                                 (True, True, True))[1:],
+                                                                 (True, True, True), True)[1:],
     "direct_weight_grad": lambda: conv_direct.direct_weight_grad(gc, xc, geom, 1, wk.shape),
 }
 

@@ -128,10 +128,6 @@ register("add_bias", "loop", _add_bias, "elementwise:add_rows", min_size=_ADD_BI
 
 
 # -- layer norm, batch norm (layernorm.py, batchnorm.py) --------------------------------------
-register("layer_norm", "rows", lambda x, w, b, m, eps: floats(x, w, b), "layernorm:layer_norm")
-register("layer_norm_grad", "rows",
-         lambda xp, g, x, w, m, ns, eps, needs: floats(g, x, w),
-         "layernorm:layer_norm_grad_op")
 register("batch_norm", "channels", lambda x, w, b, eps: floats(x, w, b),
          "batchnorm:batch_norm_y")
 register("batch_norm_grad", "channels", lambda xp, g, x, w, eps, needs: floats(g, x, w),
@@ -424,3 +420,28 @@ for _op, _fits in (("softmax", _last), ("log_softmax", _last), ("softmax_grad", 
     register(_op, "rows, threads", _fits, f"softmax:{_fn}_par", prefer=_pick)
     register(_op, "rows", _fits, f"softmax:{_fn}")
     tunable(_op)
+
+
+# -- layer norm (layernorm.py): one thread or the rows in chunks, by measurement --------------
+def _ln_fits(x: Any, w: Any, b: Any, m: int, eps: float) -> bool:
+    return floats(x, w, b)
+
+
+def _ln_grad_fits(xp: Any, g: Any, x: Any, w: Any, m: int, ns: Any, eps: float,
+                  needs: Any) -> bool:
+    return floats(g, x, w)
+
+
+def _ln_threads(x: Any, m: int) -> bool:
+    # the hand threshold: 64 rows (two chunks of 32) and _ROWS_PARALLEL_MIN elements
+    return x.size >= 64 * m and _rows_threads(x)
+
+
+register("layer_norm", "rows, threads", _ln_fits, "layernorm:layer_norm_par",
+         prefer=lambda x, w, b, m, eps: _ln_threads(x, m))
+register("layer_norm", "rows", _ln_fits, "layernorm:layer_norm")
+register("layer_norm_grad", "rows, threads", _ln_grad_fits, "layernorm:layer_norm_grad_par",
+         prefer=lambda xp, g, x, w, m, ns, eps, needs: _ln_threads(x, m))
+register("layer_norm_grad", "rows", _ln_grad_fits, "layernorm:layer_norm_grad_op")
+tunable("layer_norm")
+tunable("layer_norm_grad")
