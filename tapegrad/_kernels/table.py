@@ -89,7 +89,8 @@ def ce_fits(x: Any, t: Any, coef: Any, *_: Any) -> bool:
 
 
 def ce_probs_fits(x: Any, t: Any, *_: Any) -> bool:
-    return floats(x, t) and x.flags.c_contiguous and t.flags.c_contiguous
+    # any layout: the kernels copy a transposed operand (CLIP's loss over logits.T)
+    return floats(x, t) and x.ndim == 2 and x.shape == t.shape
 
 
 def bce_fits(x: Any, t: Any, *_: Any) -> bool:
