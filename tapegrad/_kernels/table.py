@@ -407,7 +407,7 @@ _THREADS_MODULE: list[Any] = []
 def _rows_threads(x: Any, *_: Any) -> bool:
     """Whether the hand threshold runs a row pass over ``x`` in chunks on several threads."""
     if not _THREADS_MODULE:
-        from . import threads  # noqa: PLC0415 - numba is selected when an entry runs
+        from . import threads  # noqa: PLC0415  # lazy: imports numba (the table must not)
 
         _THREADS_MODULE.append(threads)
     return bool(_THREADS_MODULE[0].worth(x.size, _ROWS_PARALLEL_MIN))
