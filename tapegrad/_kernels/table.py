@@ -88,6 +88,12 @@ def ce_fits(x: Any, t: Any, coef: Any, *_: Any) -> bool:
             and type(t) is np.ndarray and t.dtype == np.int64)
 
 
+def seed_fits(g: Any, x: Any) -> bool:
+    """An output gradient of ``x``'s dtype: an array, or the numpy scalar a scalar op's VJP
+    hands on (CLIP's ``(loss_a + loss_b) * 0.5``: every step took the reference)."""
+    return (type(g) is np.ndarray or type(g) is x.dtype.type) and g.dtype == x.dtype
+
+
 def ce_probs_fits(x: Any, t: Any, *_: Any) -> bool:
     # any layout: the kernels copy a transposed operand (CLIP's loss over logits.T)
     return floats(x, t) and x.ndim == 2 and x.shape == t.shape
@@ -99,13 +105,13 @@ def bce_fits(x: Any, t: Any, *_: Any) -> bool:
 
 register("cross_entropy", "rows", ce_fits, "softmax:cross_entropy")
 register("cross_entropy_grad", "rows",
-         lambda x, g, t, coef, total: ce_fits(x, t, coef) and floats(x, g),
+         lambda x, g, t, coef, total: ce_fits(x, t, coef) and seed_fits(g, x),
          "softmax:cross_entropy_grad_op")
 register("ce_targets", "one pass", lambda x, t, c, ignore_index: floats(x),
          "softmax:ce_targets_op")
 register("cross_entropy_probs", "rows", ce_probs_fits, "softmax:cross_entropy_probs")
 register("cross_entropy_probs_grad", "rows",
-         lambda xp, g, x, t, scale, total, i: ce_probs_fits(x, t) and floats(g, x),
+         lambda xp, g, x, t, scale, total, i: ce_probs_fits(x, t) and seed_fits(g, x),
          "softmax:cross_entropy_probs_grad_op")
 register("outside_unit", "loop", lambda a: floats(a) and a.flags.c_contiguous,
          "elementwise:outside_unit")
