@@ -302,7 +302,6 @@ def _first_calls(monkeypatch):
     from tapegrad._kernels import pool  # noqa: PLC0415
 
     monkeypatch.setattr(ah, "_parallel", lambda x: True)
-    monkeypatch.setattr(ln, "_parallel", lambda x2: True)
     monkeypatch.setattr(pool, "_parallel", lambda x: True)
     monkeypatch.setattr(cd, "_parallel", lambda n, work: True)
     monkeypatch.setattr(cg, "_parallel", lambda items, size: True)
@@ -326,8 +325,8 @@ def _first_calls(monkeypatch):
     xt = rng.standard_normal((2, 1, 8, 8, 2)).astype(f4)
     cg._gather(xt, np.empty((1, 72, 18), f4), 3, 3, 1, 1, 1, 1, 6, 6)
     xl = rng.standard_normal((70, 16)).astype(f4)
-    ln.layer_norm(xl, np.ones(16, f4), None, 16, 1e-5)
-    ln.layer_norm_grad(xl, xl, np.ones(16, f4), 16, 1e-5, (True, True, True))
+    ln.layer_norm(xl, np.ones(16, f4), None, 16, 1e-5, True)
+    ln.layer_norm_grad(xl, xl, np.ones(16, f4), 16, 1e-5, (True, True, True), True)
 
     class Pool:
         kernel, stride, dilation, padding = (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0))

@@ -159,10 +159,17 @@ CASES = {
         False))),
     "ce_targets": (True, lambda dt: (_ce_targets_ref, (
         _r(7, (6, 10), dt), np.array([0, 3, -100, 9, 2, -100], np.int64), 10, -100))),
-    "cross_entropy_probs": (False, lambda dt: (OL._ce_probs, (
-        _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, True))),
-    "cross_entropy_probs_grad": (False, lambda dt: (OL._ce_probs_grad, (
-        ARRAYS, _r(8, (6,), dt), _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, False, 0))),
+    # C-contiguous, and transposed logits as CLIP's symmetric loss hands them (copied)
+    "cross_entropy_probs": (False, lambda dt: [(OL._ce_probs, (
+        _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, True)), (OL._ce_probs, (
+            _r(7, (10, 6), dt).T, _probs(9, (6, 10), dt), 1.0, False))]),
+    "cross_entropy_probs_grad": (False, lambda dt: [(OL._ce_probs_grad, (
+        ARRAYS, _r(8, (6,), dt), _r(7, (6, 10), dt), _probs(9, (6, 10), dt), 0.5, False, 0))]
+        + [(OL._ce_probs_grad, (ARRAYS, _r(8, (6,), dt), _r(7, (10, 6), dt).T,
+                                _probs(9, (6, 10), dt), 0.5, False, i)) for i in (0, 1)]
+        # a numpy scalar seed, as the VJP of a scalar op hands it on
+        + [(OL._ce_probs_grad, (ARRAYS, dt(1.5), _r(7, (6, 10), dt), _probs(9, (6, 10), dt),
+                                0.5, True, 0))]),
     "outside_unit": (True, lambda dt: (OL._outside_unit_np, (_r(10, (5, 7), dt, 0.0, 1.0),))),
     "binary_cross_entropy": (False, lambda dt: (OL._bce, (
         _r(11, (4, 8), dt, 0.01, 0.99), _r(12, (4, 8), dt, 0, 1), 1 / 32, True))),

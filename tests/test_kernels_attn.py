@@ -435,11 +435,12 @@ def test_layer_norm_on_two_threads_equals_one_thread(monkeypatch, rows, dtype):
     w, b = rng.standard_normal(96).astype(dtype), rng.standard_normal(96).astype(dtype)
     g = rng.standard_normal(x.shape).astype(dtype)
     runs = []
-    for minimum in (1 << 62, 0):  # one thread; then the rows' halves on two (pool shared)
-        monkeypatch.setattr(layernorm, "PARALLEL_MIN", minimum)
-        y = N._ln_fwd(x, w, b, (1,), 1e-5)
-        runs.append((y, *N._ln_grads(ARRAYS, g, y, x, w, b, axes=(1,), eps=1e-5,
-                                     needs=(True, True, True))))
+    for threads in (False, True):  # one thread; then the rows' halves on two (pool shared)
+        y = layernorm.layer_norm(x, w, b, 96, 1e-5, threads)
+        runs.append((y, *layernorm.layer_norm_grad(g, x, w, 96, 1e-5, (True, True, True),
+                                                   threads)))
+    for a, r in zip(runs[0][:1], [N._ln(x, w, b, 96, 1e-5)], strict=True):  # the reference
+        _close(a, r, dtype)
     for a, r in zip(runs[0][:2], runs[1][:2], strict=True):  # output, input gradient: same bits
         np.testing.assert_array_equal(a, r)
     for a, r in zip(runs[0][2:], runs[1][2:], strict=True):  # the halves' float64 sums added

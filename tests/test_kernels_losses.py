@@ -184,8 +184,20 @@ def test_probability_cross_entropy_kernels_equal_the_numpy_reference(
             ok = np.isfinite(want)  # -inf logits: inf * 0 in the reference's log-softmax
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want) & ~np.isinf(x))
             _close(np.where(ok, got, 0), np.where(ok, want, 0), dtype)
-    xs = np.repeat(x, 2, axis=1)[:, ::2]  # strided: the numpy formula
-    assert not table.ce_probs_fits(xs, t)
+    if total:  # a numpy scalar seed (the VJP of ``loss * 0.5``) takes the kernels too
+        assert table.seed_fits(g[()], x)
+        assert table.seed_fits(np.float64(1.5), x) == (dtype == np.float64)
+        np.testing.assert_array_equal(L._ce_probs_vjp(0)(ARRAYS, g[()], y, x, t, scale, total),
+                                      L._ce_probs_vjp(0)(ARRAYS, g, y, x, t, scale, total))
+    # strided and transposed logits (CLIP's loss over logits.T): the kernels on a copy
+    for xs in (np.repeat(x, 2, axis=1)[:, ::2], np.ascontiguousarray(x.T).T):
+        assert table.ce_probs_fits(xs, t)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(L._ce_probs_fwd(xs, t, scale, total), y)
+            for i in (0, 1):
+                vjp = L._ce_probs_vjp(i)
+                np.testing.assert_array_equal(vjp(ARRAYS, g, y, xs, t, scale, total),
+                                              vjp(ARRAYS, g, y, x, t, scale, total))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -205,12 +205,12 @@ import tapegrad as tg
 from tapegrad._kernels.chunks import num_threads
 from tapegrad._kernels import (activation, attention, attention_heads, batchnorm, conv,
                                conv_direct, conv_gemm, elementwise, gelu, layernorm, optim, pool,
-                               threads)
+                               softmax, threads)
 from tapegrad.ops._conv import Geom
 
 for mod, name in ((elementwise, "PARALLEL_MIN"), (attention, "PARALLEL_MIN"),
                   (attention_heads, "PARALLEL_MIN"), (batchnorm, "PARALLEL_MIN"),
-                  (layernorm, "PARALLEL_MIN"), (conv, "SUM_PARALLEL_MIN"),
+                  (conv, "SUM_PARALLEL_MIN"),
                   (conv_direct, "PARALLEL_MIN"), (conv_gemm, "PASS_MIN"), (pool, "PARALLEL_MIN")):
     setattr(mod, name, 0)
 assert threads.active(), threads.describe()
@@ -273,6 +273,11 @@ CASES = {
     "adam": lambda: adam(x, g, g * 0.1, g * g, 0.0, False),
     "adamw": lambda: adam(x, g, g * 0.1, g * g, 0.01, True),
     "softmax_rows": lambda: inplace(attention.softmax_rows, s, mask, 0.5),
+    "softmax": lambda: softmax.softmax(s, False, True),
+    "log_softmax": lambda: softmax.softmax(s, True, True),
+    "softmax_grad": lambda: softmax.softmax_grad(s * 0.3, softmax.softmax(s, False), False, True),
+    "log_softmax_grad": lambda: softmax.softmax_grad(s * 0.3, softmax.softmax(s, True), True,
+                                                     True),
     "score_grad_rows": lambda: inplace(
         lambda dp: attention.score_grad_rows(attention.softmax_rows(sp := s.copy(), None, 0.5)
                                              or sp, dp, gs, os_, 0.5, None), s * 0.3),
@@ -286,9 +291,9 @@ CASES = {
     "batch_norm_grad": lambda: batchnorm.batch_norm_grad(bn_large * 2, bn_large, wc7, 1e-5,
                                                          True),
     "channel_stats": lambda: batchnorm.channel_stats(bn_large),
-    "layer_norm": lambda: layernorm.layer_norm(ln, wl, bl, 24, 1e-5),
+    "layer_norm": lambda: layernorm.layer_norm(ln, wl, bl, 24, 1e-5, True),
     "layer_norm_grad input": lambda: layernorm.layer_norm_grad(ln * 2, ln, wl, 24, 1e-5,
-                                                               (True, False, False))[0],
+                                                               (True, False, False), True)[0],
     "channel_sum": lambda: conv.channel_sum(gc),
     "direct": lambda: conv_direct.direct(xc, wk, wc[:1].repeat(6), geom, 1),
     "direct_input_grad": lambda: conv_direct.direct_input_grad(gc, wk, geom, 1),
@@ -301,7 +306,7 @@ CASES = {
 }
 SUMS = {  # a sum split across threads: float rounding
     "layer_norm_grad weights": lambda: layernorm.layer_norm_grad(ln * 2, ln, wl, 24, 1e-5,
-                                                                 (True, True, True))[1:],
+                                                                 (True, True, True), True)[1:],
     "direct_weight_grad": lambda: conv_direct.direct_weight_grad(gc, xc, geom, 1, wk.shape),
 }
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 from typing import Any
 
 from llvmlite import ir
-from numba import types
+from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from .._backend import np
 from . import jit
+from .chunks import bounds, num_threads
+from .twins import call_at, entry_by
 
 U = np.uint64
 
@@ -203,13 +205,14 @@ def flat_max(ai, b, n):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _softmax(x, out, log):  # type: ignore[no-untyped-def]
-    n_r, n_c = x.shape
+def _softmax(x, out, log, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows r0 to r1 (``log``: 1 for log-softmax)."""
+    n_c = x.shape[1]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     dt = x.dtype.type
     xi = as_int(xf)
-    for r in range(n_r):
+    for r in range(r0, r1):
         b = U(r * n_c)
         m = flat_max(xi, b, n_c)
         if not np.isfinite(m):  # as the reference's max shift: none when the max is not finite
@@ -228,12 +231,13 @@ def _softmax(x, out, log):  # type: ignore[no-untyped-def]
 
 
 @jit()
-def _softmax_grad(g, y, out, log):  # type: ignore[no-untyped-def]
-    n_r, n_c = y.shape
+def _softmax_grad(g, y, out, log, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows r0 to r1."""
+    n_c = y.shape[1]
     gf = g.reshape(-1)
     yf = y.reshape(-1)
     of = out.reshape(-1)
-    for r in range(n_r):
+    for r in range(r0, r1):
         b = U(r * n_c)
         if log:  # g - exp(y) * sum(g)
             c = flat_sum(gf, b, n_c)
@@ -245,21 +249,52 @@ def _softmax_grad(g, y, out, log):  # type: ignore[no-untyped-def]
                 of[b + j] = yf[b + j] * (gf[b + j] - c)
 
 
+@jit(parallel=True)
+def _softmax_par(x, out, log, fp):  # type: ignore[no-untyped-def]
+    """``_softmax`` of the rows in chunks, one per thread, each a call of its compiled code
+    at ``fp`` (``twins.entry``)."""
+    p = num_threads()
+    for i in prange(p):
+        r0, r1 = bounds(x.shape[0], p, i, 1)
+        call_at(fp, (x, out, log, r0, r1))
+
+
+@jit(parallel=True)
+def _softmax_grad_par(g, y, out, log, fp):  # type: ignore[no-untyped-def]
+    """``_softmax_grad`` of the rows in chunks, one per thread (``fp``: its compiled code)."""
+    p = num_threads()
+    for i in prange(p):
+        r0, r1 = bounds(y.shape[0], p, i, 1)
+        call_at(fp, (g, y, out, log, r0, r1))
+
+
 def _rows(a: Any) -> Any:
     return np.ascontiguousarray(a).reshape(-1, a.shape[-1])
 
 
-def softmax(x: Any, log: bool) -> Any:
-    """softmax (or log-softmax) of ``x`` along its last axis."""
+def softmax(x: Any, log: bool, threads: bool = False) -> Any:
+    """softmax (or log-softmax) of ``x`` along its last axis (``threads``: the rows in chunks,
+    one per thread; the same bits)."""
     out = np.empty(x.shape, x.dtype)
-    _softmax(_rows(x), out.reshape(-1, x.shape[-1]), log)
+    x2, o2, lg = _rows(x), out.reshape(-1, x.shape[-1]), int(log)
+    if threads:
+        fp = entry_by(("softmax", x.dtype.char), _softmax, x2[:0], o2[:0], lg, 0, 0)
+        _softmax_par(x2, o2, lg, fp)
+    else:
+        _softmax(x2, o2, lg, 0, x2.shape[0])
     return out
 
 
-def softmax_grad(g: Any, y: Any, log: bool) -> Any:
+def softmax_grad(g: Any, y: Any, log: bool, threads: bool = False) -> Any:
     """The VJP of ``softmax`` (or log-softmax) along the last axis, from its output ``y``."""
     out = np.empty(y.shape, y.dtype)
-    _softmax_grad(_rows(g), _rows(y), out.reshape(-1, y.shape[-1]), log)
+    g2, y2, o2, lg = _rows(g), _rows(y), out.reshape(-1, y.shape[-1]), int(log)
+    if threads:
+        fp = entry_by(("softmax_grad", y.dtype.char), _softmax_grad, g2[:0], y2[:0], o2[:0], lg,
+                      0, 0)
+        _softmax_grad_par(g2, y2, o2, lg, fp)
+    else:
+        _softmax_grad(g2, y2, o2, lg, 0, y2.shape[0])
     return out
 
 
@@ -406,11 +441,18 @@ def cross_entropy_grad(x: Any, g: Any, t: Any, coef: Any) -> Any:
     return out
 
 
+def _c(a: Any) -> Any:
+    """``a`` C-contiguous: the kernels index rows flat. A transposed operand (CLIP's loss
+    over ``logits.T``) is copied, a few microseconds at 128x128 against the reference's
+    numpy passes and its recorded softmax in backward."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def cross_entropy_probs(x: Any, t: Any, scale: float, total: bool) -> Any:
-    """``-sum(t * log_softmax(x), axis=1)`` for C-contiguous (N, C) ``x`` and ``t``, or its
-    sum times ``scale``."""
+    """``-sum(t * log_softmax(x), axis=1)`` for (N, C) ``x`` and ``t``, or its sum times
+    ``scale``."""
     out = np.empty(x.shape[0] if not total else 0, x.dtype)
-    tot = _ce_probs(x, t, out)
+    tot = _ce_probs(_c(x), _c(t), out)
     return np.asarray(tot * scale, dtype=x.dtype) if total else out
 
 
@@ -419,7 +461,7 @@ def cross_entropy_probs_grads(g: Any, x: Any, t: Any, scale: float, needs: Any) 
     gs = np.ascontiguousarray(g * x.dtype.type(scale) if scale != 1.0 else g, dtype=x.dtype)
     gx = np.empty(x.shape if needs[0] else (0,), x.dtype)
     gt = np.empty(x.shape if needs[1] else (0,), x.dtype)
-    _ce_probs_grad(x, t, gs.reshape(-1), gx, gt)
+    _ce_probs_grad(_c(x), _c(t), gs.reshape(-1), gx, gt)
     return (gx if needs[0] else None), (gt if needs[1] else None)
 
 
@@ -438,6 +480,22 @@ def softmax_grad_last(xp: Any, g: Any, y: Any, axis: int) -> Any:
 
 def log_softmax_grad_last(xp: Any, g: Any, y: Any, axis: int) -> Any:
     return softmax_grad(g, y, log=True)
+
+
+def softmax_last_par(x: Any, axis: int) -> Any:
+    return softmax(x, log=False, threads=True)
+
+
+def log_softmax_last_par(x: Any, axis: int) -> Any:
+    return softmax(x, log=True, threads=True)
+
+
+def softmax_grad_last_par(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    return softmax_grad(g, y, log=False, threads=True)
+
+
+def log_softmax_grad_last_par(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    return softmax_grad(g, y, log=True, threads=True)
 
 
 def cross_entropy_grad_op(x: Any, g: Any, t: Any, coef: Any, total: bool) -> Any:
