@@ -32,7 +32,7 @@ from . import jit
 from .chunks import bounds, num_threads
 from .softmax import flat_sum
 from .threads import count
-from .twins import _BY_KEY, call_at, entry_by
+from .twins import call_at, entry_by
 
 U = np.uint64
 ROWS = 32  # rows: the weight and bias gradients' blocks, and where threads' chunks are cut
@@ -148,10 +148,7 @@ def layer_norm(x: Any, w: Any, b: Any, m: int, eps: float, threads: bool = False
     wv, bv = _vec(w, m, x.dtype, 1.0), _vec(b, m, x.dtype, 0.0)
     eps = float(eps)  # the kinds entry_by's key stands for
     if threads:
-        key = ("ln_fwd", x.dtype.char)
-        fp = _BY_KEY.get(key)
-        if fp is None:
-            fp = entry_by(key, _ln_fwd, x2[:0], wv, bv, y[:0], eps, 0, 0)
+        fp = entry_by(("ln_fwd", x.dtype.char), _ln_fwd, x2[:0], wv, bv, y[:0], eps, 0, 0)
         _ln_fwd_par(x2, wv, bv, y, eps, fp)
     else:
         _ln_fwd(x2, wv, bv, y, eps, 0, x2.shape[0])
@@ -170,10 +167,8 @@ def layer_norm_grad(g: Any, x: Any, w: Any, m: int, eps: float, needs: Any,
     eps = float(eps)
     if threads:
         gwb2 = np.zeros((count(), 2, m), np.float64)
-        key = ("ln_bwd", g2.dtype.char, x.dtype.char)
-        fp = _BY_KEY.get(key)
-        if fp is None:
-            fp = entry_by(key, _ln_bwd, g2[:0], x2[:0], wv, eps, gx[:0], gwb2[0], 0, 0)
+        fp = entry_by(("ln_bwd", g2.dtype.char, x.dtype.char), _ln_bwd, g2[:0], x2[:0], wv, eps,
+                      gx[:0], gwb2[0], 0, 0)
         _ln_bwd_par(g2, x2, wv, eps, gx, gwb2, fp)
         gwb = gwb2.sum(axis=0)
     else:

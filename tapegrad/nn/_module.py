@@ -226,11 +226,16 @@ class Module:
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         """Every parameter, each once."""
-        if recurse:
-            cached = self.__dict__.get("_param_cache")
-            if cached is not None and cached[0] == structure():  # unchanged since the last walk
-                return iter(cached[1])
+        cached = self._cached_parameters() if recurse else None
+        if cached is not None:
+            return iter(cached)
         return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def _cached_parameters(self) -> list[Parameter] | None:
+        """The parameter list ``_parameter_list`` kept, while no module's fields have changed
+        since (None: walk again)."""
+        cached = self.__dict__.get("_param_cache")
+        return cached[1] if cached is not None and cached[0] == structure() else None
 
     def _parameter_list(self) -> list[Parameter]:
         """``list(self.parameters())`` (``tape.gradient(loss, model)`` takes it every step),
@@ -240,9 +245,9 @@ class Module:
         (Sequential, ModuleList, ModuleDict), moves a global structure counter; a tree that
         holds plain lists or dicts (which can change unseen) is walked every time.
         """
-        cached = self.__dict__.get("_param_cache")
-        if cached is not None and cached[0] == structure():
-            return list(cached[1])
+        cached = self._cached_parameters()
+        if cached is not None:
+            return list(cached)
         walk = _Walk(dedupe=True)
         out = [t for _, t in _unique_tensors(walk.run(self), _is_parameter)]
         if not walk.mutable:
