@@ -113,6 +113,20 @@ def test_the_faster_implementation_is_kept_in_the_process_and_on_disk(tuned):
     assert slow.calls == 4 and len(json.loads(path.read_text())["entries"]) == 2
 
 
+def test_a_close_call_gets_more_runs_than_a_clear_one(tuned):
+    # two timed runs each settle a clear winner; two within TUNE_CLOSE of each other run on
+    # (up to TUNE_REPEATS) while TUNE_CLOSE_BUDGET lasts: one noisy pair decided such keys
+    install, _ = tuned
+    a, b = _Fake("a", 0.004), _Fake("b", 0.004)
+    install(a, b)
+    registry.dispatch("tune_test", lambda v: v, np.arange(3.0))
+    assert a.calls == b.calls == 1 + registry.TUNE_REPEATS
+    fast, slower = _Fake("fast", 0.006), _Fake("slower", 0.01)  # clear, not dropped (< 2x)
+    install(fast, slower)
+    registry.dispatch("tune_test", lambda v: v, np.arange(4.0))
+    assert fast.calls == slower.calls == 1 + registry.TUNE_ROUNDS
+
+
 class _Loading(_Fake):
     """Slow on its first run only, as a kernel that compiles or loads on its first call."""
 

@@ -16,7 +16,7 @@ Selection by measurement (``tunable``): for an operation declared tunable, the f
 with a new key (the operation, each argument's shape, dtype and strides, the other arguments'
 values, the kernels' thread count) where more than one alternative fits (the reference counts
 when declared a real alternative) times those whose machine code is ready, a few runs each
-within ``TUNE_BUDGET``, and keeps the fastest: for the process, and in a small table on disk
+within ``TUNE_BUDGET`` (longer for a close call), and keeps the fastest: for the process, and in a small table on disk
 beside the compiled kernels (``tuning.py``: keyed by the CPU, its ISA and numpy's BLAS), so a
 later run on the same machine takes the same kernel for the same inputs without timing. An
 alternative still compiling is skipped and the key timed again once it is ready (at most every
@@ -176,6 +176,11 @@ def dispatch(op: str, reference: Callable[..., Any], *args: Any) -> Any:
 TUNE_BUDGET = 0.02
 TUNE_REPEATS = 7  # timed runs of one alternative at most (after the first, untimed)
 TUNE_ROUNDS = 2  # timed runs of each alternative at least, past the budget where needed
+# a close call (the runner-up within TUNE_CLOSE of the best) runs on up to TUNE_CLOSE_BUDGET
+# seconds: with 20 ms, DCGAN's 25 ms convolution passes (ngf 64) got two timed runs each, and
+# one noisy pair kept a strategy at 28.8 ms where another ran 24.6
+TUNE_CLOSE = 1.2
+TUNE_CLOSE_BUDGET = 0.25
 TUNE_MARGIN = 0.9  # another implementation replaces the hand thresholds' choice when faster than this
 RETUNE_AFTER = 0.5  # seconds between measurements of a key while an alternative compiles
 _TUNE: list[bool | None] = [None]  # TAPEGRAD_TUNE, read once
@@ -276,6 +281,14 @@ def _clock(k: tuple[Any, ...]) -> Callable[[], float]:
     return time.process_time if k[1][0] == 1 else time.perf_counter
 
 
+def _close(score: dict[str, float]) -> bool:
+    """Whether the two fastest so far are within ``TUNE_CLOSE`` of each other."""
+    if len(score) < 2:
+        return False
+    a, b = sorted(score.values())[:2]
+    return b <= a * TUNE_CLOSE
+
+
 def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | None,
           reference: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """Time the ready candidates for key ``k``, keep the fastest, and return its result. The
@@ -285,7 +298,8 @@ def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | Non
     Each candidate's first run may compile or load its kernel (a per-shape kernel's first call
     on a new shape) and never scores. Then the candidates run in rounds, one run each in turn
     (the order rotating), each keeping its fastest run: at least TUNE_ROUNDS rounds, more
-    while the budget lasts, at most TUNE_REPEATS; one slower than twice the best drops out.
+    while the budget lasts (TUNE_BUDGET, or TUNE_CLOSE_BUDGET while the two fastest are within
+    TUNE_CLOSE of each other), at most TUNE_REPEATS; one slower than twice the best drops out.
     Taking turns, a burst of other load on the machine slows all of them, not one."""
     preferred = [i for i in fit if i.prefer is None or i.prefer(*args)]
     cands: list[tuple[str, Callable[..., Any]]] = [(i.name, i.run) for i in preferred]
@@ -310,7 +324,7 @@ def _tune(k: tuple[Any, ...], fit: list[Impl], ref_alt: Callable[..., Any] | Non
     spent = 0.0
     clock = _clock(k)
     for r in range(TUNE_REPEATS):
-        if r >= TUNE_ROUNDS and spent > TUNE_BUDGET:
+        if r >= TUNE_ROUNDS and spent > (TUNE_CLOSE_BUDGET if _close(score) else TUNE_BUDGET):
             break
         turn = ready[r % len(ready):] + ready[:r % len(ready)]
         for name, run in turn:
