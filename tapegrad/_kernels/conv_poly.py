@@ -24,7 +24,10 @@ over the batch's chunks) and ``dw' = G^T dU G``. A transposed convolution's forw
 input gradient. Output tiles past the output (odd sizes) are computed on zeros and dropped, so
 every pass is the exact convolution up to float rounding. Each transform's work is split over
 the threads by tiles, samples or input channels, each element written by one thread in a fixed
-order (the same bits at any thread count). Imported only when numba is selected.
+order (the same bits at any thread count). One parallel twin (``_par``) runs any pass's compiled
+code by address (``twins.call_at``): a twin per pass calling it by name links and optimises its IR
+again (the three passes' first calls at two threads, no cache, Zen 4: 24 CPU s against 8).
+Imported only when numba is selected.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from numba import prange
 from .._backend import np
 from . import jit
 from .chunks import bounds, num_threads
-from .conv_gemm import _nchw, _nhwc, _split
+from .conv_gemm import _nchw, _nhwc, _parallel
+from .twins import call_at, entry_by
 
 U = np.uint64
 
@@ -262,58 +266,31 @@ def _w_adj_rows(du, dw, o0, o1):  # type: ignore[no-untyped-def]
 
 
 @jit(parallel=True)
-def _in_par(xt, v, th, tw):  # type: ignore[no-untyped-def]
+def _par(n, args, fp):  # type: ignore[no-untyped-def]
+    """The rows kernel whose compiled code is at ``fp`` (``twins.entry``) over ``range(n)`` in
+    chunks, one per thread: ``kernel(*args, lo, hi)``. One twin serves the six passes (a call
+    by name would link each kernel's IR into a twin of its own and optimise it again)."""
     p = num_threads()
     for i in prange(p):
-        t0, t1 = bounds(v.shape[1], p, i, 1)
-        _in_rows(xt, v, th, tw, t0, t1)
+        lo, hi = bounds(n, p, i, 1)
+        call_at(fp, args + (lo, hi))
 
 
-@jit(parallel=True)
-def _out_par(m, b, y, th, tw):  # type: ignore[no-untyped-def]
-    p = num_threads()
-    for i in prange(p):
-        s0, s1 = bounds(y.shape[0], p, i, 1)
-        _out_rows(m, b, y, th, tw, s0, s1)
-
-
-@jit(parallel=True)
-def _dm_par(g, dm, th, tw):  # type: ignore[no-untyped-def]
-    p = num_threads()
-    for i in prange(p):
-        s0, s1 = bounds(g.shape[0], p, i, 1)
-        _dm_rows(g, dm, th, tw, s0, s1)
-
-
-@jit(parallel=True)
-def _in_adj_par(dv, gt, th, tw):  # type: ignore[no-untyped-def]
-    p = num_threads()
-    for i in prange(p):
-        s0, s1 = bounds(gt.shape[0], p, i, 1)
-        _in_adj_rows(dv, gt, th, tw, s0, s1)
-
-
-@jit(parallel=True)
-def _w_par(w, u):  # type: ignore[no-untyped-def]
-    p = num_threads()
-    for i in prange(p):
-        o0, o1 = bounds(w.shape[0], p, i, 1)
-        _w_rows(w, u, o0, o1)
-
-
-@jit(parallel=True)
-def _w_adj_par(du, dw):  # type: ignore[no-untyped-def]
-    p = num_threads()
-    for i in prange(p):
-        o0, o1 = bounds(dw.shape[0], p, i, 1)
-        _w_adj_rows(du, dw, o0, o1)
+def _split(kernel: Any, items: int, size: int, *args: Any) -> None:
+    """``kernel(*args, 0, items)``, on several threads (``_par``) when the pass is worth it.
+    Each pass's arrays share one dtype (its kinds besides: fixed), the key of its entry."""
+    if _parallel(items, size):
+        fp = entry_by((kernel, args[0].dtype.char), kernel, *args, 0, 0)
+        _par(items, args, fp)
+    else:
+        kernel(*args, 0, items)
 
 
 def _wtf(w: Any, dt: Any) -> Any:
     """The weights' transform U (9, O, 4C)."""
     o, c = w.shape[:2]
     u = np.empty((9, o, 4 * c), dtype=dt)
-    _split(_w_rows, _w_par, o, u.size, np.ascontiguousarray(w, dtype=dt), u)
+    _split(_w_rows, o, u.size, np.ascontiguousarray(w, dtype=dt), u)
     return u
 
 
@@ -347,10 +324,10 @@ class _Plan:
 
     def to_v(self, x: Any, xt: Any, v: Any, t: int) -> None:
         _nhwc(x, xt, self.pt, self.pl)
-        _split(_in_rows, _in_par, t, v.size, xt[:, 0], v, self.th, self.tw)
+        _split(_in_rows, t, v.size, xt[:, 0], v, self.th, self.tw)
 
     def to_m(self, g: Any, m: Any) -> None:
-        _split(_dm_rows, _dm_par, g.shape[0], m.size, g, m, self.th, self.tw)
+        _split(_dm_rows, g.shape[0], m.size, g, m, self.th, self.tw)
 
 
 def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
@@ -367,7 +344,7 @@ def conv(x: Any, w: Any, b: Any, geom: Any) -> Any:
         xt, v, m, t = pl.views(z - a)
         pl.to_v(xc[a:z], xt, v, t)
         np.matmul(v, ut, out=m)
-        _split(_out_rows, _out_par, z - a, out[a:z].size, m, bb, out[a:z], pl.th, pl.tw)
+        _split(_out_rows, z - a, out[a:z].size, m, bb, out[a:z], pl.th, pl.tw)
     return out
 
 
@@ -383,7 +360,7 @@ def input_grad(g: Any, w: Any, geom: Any) -> Any:
         gt, dv, dm, t = pl.views(z - a)
         pl.to_m(gc[a:z], dm)
         np.matmul(dm, u, out=dv)
-        _split(_in_adj_rows, _in_adj_par, z - a, gt.size, dv, gt[:, 0], pl.th, pl.tw)
+        _split(_in_adj_rows, z - a, gt.size, dv, gt[:, 0], pl.th, pl.tw)
         _nchw(gt, out[a:z], pl.pt, pl.pl)
     return out
 
@@ -405,5 +382,5 @@ def weight_grad(g: Any, x: Any, geom: Any, wshape: Any) -> Any:
         if i:
             np.add(du, part, out=du)
     dw = np.empty(wshape, dtype=dt)
-    _split(_w_adj_rows, _w_adj_par, o, du.size, du, dw)
+    _split(_w_adj_rows, o, du.size, du, dw)
     return dw

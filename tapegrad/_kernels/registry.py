@@ -225,12 +225,19 @@ _THREADS: list[Any] = []  # the threads module, imported on first use
 _NDARRAY = np.ndarray
 
 
-def _threads() -> tuple[int, bool]:
-    if not _THREADS:  # not `from . import` at each call: a Python-level import step per call
-        from . import threads  # noqa: PLC0415 - numba is selected when anything is measured
+def threads_module() -> Any:
+    """The kernels' ``threads`` module, imported on first use (it imports numba, which the
+    registry and the table must not at their import); kept here, not `from . import` at each
+    call: a Python-level import step per call, on hot paths."""
+    if not _THREADS:
+        from . import threads  # noqa: PLC0415
 
         _THREADS.append(threads)
-    threads = _THREADS[0]
+    return _THREADS[0]
+
+
+def _threads() -> tuple[int, bool]:
+    threads = _THREADS[0] if _THREADS else threads_module()  # no frame once imported
     return threads.count(), threads.active()
 
 

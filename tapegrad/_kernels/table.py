@@ -21,7 +21,7 @@ from typing import Any
 from .. import _kernels as _K
 from .._backend import np
 from . import conv_table as ct  # numpy only, as this table
-from .registry import register, tunable
+from .registry import register, threads_module, tunable
 
 _USABLE = _K.usable
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -416,16 +416,11 @@ def _last_grad(xp: Any, g: Any, ans: Any, axis: int) -> bool:
 _ROWS_PARALLEL_MIN = 1 << 15  # elements: the hand threshold of the rows in chunks (softmax over
 # keys, 16x4x64x64 float32, two threads: forward 0.196 -> 0.106 ms, backward 0.039 -> 0.026;
 # 64x10: 0.0035 against 0.0047, the threads' start-up)
-_THREADS_MODULE: list[Any] = []
 
 
 def _rows_threads(x: Any, *_: Any) -> bool:
     """Whether the hand threshold runs a row pass over ``x`` in chunks on several threads."""
-    if not _THREADS_MODULE:
-        from . import threads  # noqa: PLC0415  # lazy: imports numba (the table must not)
-
-        _THREADS_MODULE.append(threads)
-    return bool(_THREADS_MODULE[0].worth(x.size, _ROWS_PARALLEL_MIN))
+    return bool(threads_module().worth(x.size, _ROWS_PARALLEL_MIN))
 
 
 for _op, _fits in (("softmax", _last), ("log_softmax", _last), ("softmax_grad", _last_grad),
