@@ -230,6 +230,13 @@ def adam(p, g, m, v, wd, decoupled):
     return p, m, v
 
 
+def sgd(p, g, buf, group):
+    p, state = p.copy(), ({} if buf is None else {"momentum_buffer": buf.copy()})
+    optim.sgd_step(p, g, state, {"lr": 0.1, "weight_decay": 0.0, "momentum": 0.0,
+                                 "dampening": 0.0, "nesterov": False, **group})
+    return (p,) + tuple(state.values())
+
+
 def inplace(fn, a, *args):
     a = a.copy()
     fn(a, *args)
@@ -272,6 +279,13 @@ CASES = {
     "erf_grad": lambda: gelu.erf_grad_op(np, x64, x64),
     "adam": lambda: adam(x, g, g * 0.1, g * g, 0.0, False),
     "adamw": lambda: adam(x, g, g * 0.1, g * g, 0.01, True),
+    "sgd": lambda: sgd(x, g, None, {}),
+    "sgd momentum first": lambda: sgd(x, g, None, {"momentum": 0.9, "weight_decay": 0.01}),
+    "sgd nesterov": lambda: sgd(x64, x64 * 0.5, x64 * 0.1, {"momentum": 0.9, "nesterov": True,
+                                                           "dampening": 0.0}),
+    "sgd decoupled": lambda: sgd(x, g, g * 0.1, {"momentum": 0.9, "dampening": 0.1,
+                                                 "weight_decay": 0.01,
+                                                 "decoupled_weight_decay": True}),
     "softmax_rows": lambda: inplace(attention.softmax_rows, s, mask, 0.5),
     "softmax": lambda: softmax.softmax(s, False, True),
     "log_softmax": lambda: softmax.softmax(s, True, True),

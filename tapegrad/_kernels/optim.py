@@ -5,7 +5,8 @@ The eager update in ``optim/_adam.py`` is nine numpy passes over the parameter's
 (``m *= beta1``, ``m += (1 - beta1) * g``, ...); this loop does the same operations in the same
 order on each element, with the scalars cast to the parameter's dtype as numpy casts a Python
 number, so the results are equal bit for bit. From ``elementwise.PARALLEL_MIN`` elements, while
-numpy's BLAS shares numba's threads, chunks of the flat arrays run one per thread (the same bits).
+numpy's BLAS shares numba's threads, chunks of the flat arrays run one per thread (the same bits;
+SGD's update of the MLP 784-512-512-10, arrays out of cache, two threads: 498 -> 416 us).
 Imported only when numba is selected.
 """
 
@@ -91,7 +92,7 @@ COUPLED, DECOUPLED, MOMENTUM, FIRST, NESTEROV = 1, 2, 4, 8, 16
 
 
 @jit(ieee=True)
-def _sgd(p, g, buf, lr, wd, mom, damp, flags):  # type: ignore[no-untyped-def]
+def _sgd(p, g, buf, lr, wd, mom, damp, flags, k0, k1):  # type: ignore[no-untyped-def]
     pf = p.reshape(-1)
     gf = g.reshape(-1)
     bf = buf.reshape(-1)
@@ -103,7 +104,7 @@ def _sgd(p, g, buf, lr, wd, mom, damp, flags):  # type: ignore[no-untyped-def]
     nesterov = (flags & 16) != 0
     shrink = t(1.0 - lr * wd)
     wdt, momt, c, lrt = t(wd), t(mom), t(1.0 - damp), t(lr)
-    for k in range(U(pf.size)):
+    for k in range(U(k0), U(k1)):
         if decoupled:
             pf[k] = pf[k] * shrink
         d = gf[k]
@@ -125,6 +126,14 @@ def _sgd(p, g, buf, lr, wd, mom, damp, flags):  # type: ignore[no-untyped-def]
         pf[k] = pf[k] - s
 
 
+@jit(parallel=True)
+def _sgd_par(p, g, buf, lr, wd, mom, damp, flags):  # type: ignore[no-untyped-def]
+    parts = num_threads()
+    for i in prange(parts):
+        k0, k1 = bounds(p.size, parts, i, ALIGN)
+        _sgd(p, g, buf, lr, wd, mom, damp, flags, k0, k1)
+
+
 def sgd_step(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
     """SGD's step in place, with the arguments of its reference (``optim.SGD.numpy_step``):
     ``p`` and the momentum buffer in ``state`` (made on the first step, kept once the loop has
@@ -141,6 +150,7 @@ def sgd_step(p: Any, g: Any, state: dict[str, Any], group: dict[str, Any]) -> No
         if buf is None:  # the first step seeds the buffer with the gradient
             flags |= FIRST
             buf = new = np.empty_like(p)
-    _sgd(p, g, p if buf is None else buf, lr, wd, mom, float(group["dampening"]), flags)
+    run(_sgd, _sgd_par, p.size, p, g, p if buf is None else buf, lr, wd, mom,
+        float(group["dampening"]), flags)
     if new is not None:
         state["momentum_buffer"] = new
