@@ -40,106 +40,186 @@ MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/design.md)
 MAX_WIDTH = 64  # a head's width
 
 
-@jit(fastmath={"contract"}, inline="always")
-def _lanes_vm(a, ao, t, to, sp, n, out, oo):  # type: ignore[no-untyped-def]
-    """``out[oo + j] = sum_c a[ao + c] * t[to + c * sp + j]`` for j < sp (a multiple of 8)."""
+@jit(fastmath={"contract"})
+def _mm(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os, scale):  # type: ignore[no-untyped-def]
+    """``out[oo + r * os + j] = scale * sum_c a[ao + r * ars + c * acs] * t[to + c * ts + j]``
+    for r < m, c < n and j < w (a multiple of 8): tiles of four rows by eight columns, their
+    32 running sums independent (one sum's chain of multiply-adds waits 4 cycles a step). A
+    last tile of fewer rows repeats its last row (the same sums written twice)."""
     z = out.dtype.type(0)
-    for j0 in range(U(0), U(sp), U(8)):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-        for c in range(U(n)):
-            ac = a[U(ao) + c]
-            tb = U(to) + c * U(sp) + j0
-            a0 += ac * t[tb]
-            a1 += ac * t[tb + U(1)]
-            a2 += ac * t[tb + U(2)]
-            a3 += ac * t[tb + U(3)]
-            a4 += ac * t[tb + U(4)]
-            a5 += ac * t[tb + U(5)]
-            a6 += ac * t[tb + U(6)]
-            a7 += ac * t[tb + U(7)]
-        o = U(oo) + j0
-        out[o] = a0
-        out[o + U(1)] = a1
-        out[o + U(2)] = a2
-        out[o + U(3)] = a3
-        out[o + U(4)] = a4
-        out[o + U(5)] = a5
-        out[o + U(6)] = a6
-        out[o + U(7)] = a7
+    last = U(m - 1)
+    for r0 in range(U(0), U(m), U(4)):
+        p0 = U(ao) + r0 * U(ars)
+        p1 = U(ao) + min(r0 + U(1), last) * U(ars)
+        p2 = U(ao) + min(r0 + U(2), last) * U(ars)
+        p3 = U(ao) + min(r0 + U(3), last) * U(ars)
+        o0 = U(oo) + r0 * U(os)
+        o1 = U(oo) + min(r0 + U(1), last) * U(os)
+        o2 = U(oo) + min(r0 + U(2), last) * U(os)
+        o3 = U(oo) + min(r0 + U(3), last) * U(os)
+        for j0 in range(U(0), U(w), U(8)):
+            a00 = a01 = a02 = a03 = a04 = a05 = a06 = a07 = z
+            a10 = a11 = a12 = a13 = a14 = a15 = a16 = a17 = z
+            a20 = a21 = a22 = a23 = a24 = a25 = a26 = a27 = z
+            a30 = a31 = a32 = a33 = a34 = a35 = a36 = a37 = z
+            for c in range(U(n)):
+                tb = U(to) + c * U(ts) + j0
+                t0 = t[tb]
+                t1 = t[tb + U(1)]
+                t2 = t[tb + U(2)]
+                t3 = t[tb + U(3)]
+                t4 = t[tb + U(4)]
+                t5 = t[tb + U(5)]
+                t6 = t[tb + U(6)]
+                t7 = t[tb + U(7)]
+                cc = c * U(acs)
+                x0 = a[p0 + cc]
+                x1 = a[p1 + cc]
+                x2 = a[p2 + cc]
+                x3 = a[p3 + cc]
+                a00 += x0 * t0
+                a01 += x0 * t1
+                a02 += x0 * t2
+                a03 += x0 * t3
+                a04 += x0 * t4
+                a05 += x0 * t5
+                a06 += x0 * t6
+                a07 += x0 * t7
+                a10 += x1 * t0
+                a11 += x1 * t1
+                a12 += x1 * t2
+                a13 += x1 * t3
+                a14 += x1 * t4
+                a15 += x1 * t5
+                a16 += x1 * t6
+                a17 += x1 * t7
+                a20 += x2 * t0
+                a21 += x2 * t1
+                a22 += x2 * t2
+                a23 += x2 * t3
+                a24 += x2 * t4
+                a25 += x2 * t5
+                a26 += x2 * t6
+                a27 += x2 * t7
+                a30 += x3 * t0
+                a31 += x3 * t1
+                a32 += x3 * t2
+                a33 += x3 * t3
+                a34 += x3 * t4
+                a35 += x3 * t5
+                a36 += x3 * t6
+                a37 += x3 * t7
+            o = o0 + j0
+            out[o] = a00 * scale
+            out[o + U(1)] = a01 * scale
+            out[o + U(2)] = a02 * scale
+            out[o + U(3)] = a03 * scale
+            out[o + U(4)] = a04 * scale
+            out[o + U(5)] = a05 * scale
+            out[o + U(6)] = a06 * scale
+            out[o + U(7)] = a07 * scale
+            o = o1 + j0
+            out[o] = a10 * scale
+            out[o + U(1)] = a11 * scale
+            out[o + U(2)] = a12 * scale
+            out[o + U(3)] = a13 * scale
+            out[o + U(4)] = a14 * scale
+            out[o + U(5)] = a15 * scale
+            out[o + U(6)] = a16 * scale
+            out[o + U(7)] = a17 * scale
+            o = o2 + j0
+            out[o] = a20 * scale
+            out[o + U(1)] = a21 * scale
+            out[o + U(2)] = a22 * scale
+            out[o + U(3)] = a23 * scale
+            out[o + U(4)] = a24 * scale
+            out[o + U(5)] = a25 * scale
+            out[o + U(6)] = a26 * scale
+            out[o + U(7)] = a27 * scale
+            o = o3 + j0
+            out[o] = a30 * scale
+            out[o + U(1)] = a31 * scale
+            out[o + U(2)] = a32 * scale
+            out[o + U(3)] = a33 * scale
+            out[o + U(4)] = a34 * scale
+            out[o + U(5)] = a35 * scale
+            out[o + U(6)] = a36 * scale
+            out[o + U(7)] = a37 * scale
 
 
 @jit(fastmath={"contract"}, inline="always")
-def _lanes_mv(p, po, ps, n, t, to, stride, d, out, oo, scale):  # type: ignore[no-untyped-def]
-    """``out[oo + c] = scale * sum_j p[po + j * ps] * t[to + j * stride + c]`` for c < d (a
-    multiple of 8): a weighted sum of n rows, eight columns at a time in registers."""
-    z = out.dtype.type(0)
-    for c0 in range(U(0), U(d), U(8)):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-        for j in range(U(n)):
-            pj = p[U(po) + j * U(ps)]
-            tb = U(to) + j * U(stride) + c0
-            a0 += pj * t[tb]
-            a1 += pj * t[tb + U(1)]
-            a2 += pj * t[tb + U(2)]
-            a3 += pj * t[tb + U(3)]
-            a4 += pj * t[tb + U(4)]
-            a5 += pj * t[tb + U(5)]
-            a6 += pj * t[tb + U(6)]
-            a7 += pj * t[tb + U(7)]
-        o = U(oo) + c0
-        out[o] = a0 * scale
-        out[o + U(1)] = a1 * scale
-        out[o + U(2)] = a2 * scale
-        out[o + U(3)] = a3 * scale
-        out[o + U(4)] = a4 * scale
-        out[o + U(5)] = a5 * scale
-        out[o + U(6)] = a6 * scale
-        out[o + U(7)] = a7 * scale
-
-
-@jit(fastmath={"contract"}, inline="always")
-def _softmax(s, n, mf, ms, mb, scale):  # type: ignore[no-untyped-def]
-    """``s = exp(s * scale + mask - max)`` in place over the row's n scores, 0 on the padding
-    up to s.size (a multiple of 8); returns 1 / the sum (0 for a fully masked row). Eight lanes
-    at a time."""
+def _softmax_cols(s, n, lp, mf, ms, mb):  # type: ignore[no-untyped-def]
+    """The softmax over the keys of (n keys x lp queries) scaled scores ``s``, in place and
+    normalised (0 where a query's keys are all masked), ``mf[mb + i * ms[2] + j * ms[3]]``
+    added to query i's score of key j: down the columns, eight queries at a time (no sum
+    across lanes)."""
     dt = s.dtype.type
     zero = dt(0)
-    sp = s.size
+    lo = dt(-3.4028234663852886e38)  # float32's lowest: a row of -inf gives exp(-inf) = 0
     if mf is not None:
         for j in range(n):
-            s[j] = s[j] * scale + mf[mb + j * ms[3]]
-    else:
-        for j in range(n):
-            s[j] *= scale
-    for j in range(n, sp):
-        s[j] = -np.inf  # exp gives 0
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = dt(-np.inf)
-    for j0 in range(U(0), U(sp), U(8)):
-        m0 = max(m0, s[j0])
-        m1 = max(m1, s[j0 + U(1)])
-        m2 = max(m2, s[j0 + U(2)])
-        m3 = max(m3, s[j0 + U(3)])
-        m4 = max(m4, s[j0 + U(4)])
-        m5 = max(m5, s[j0 + U(5)])
-        m6 = max(m6, s[j0 + U(6)])
-        m7 = max(m7, s[j0 + U(7)])
-    m = max(m0, m1, m2, m3, m4, m5, m6, m7)
-    if not np.isfinite(m):
-        m = zero
-    for j in range(U(sp)):  # one loop the vectorizer takes whole (the padding gives 0)
-        s[j] = fexp(s[j] - m)
-    t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = zero
-    for j0 in range(U(0), U(sp), U(8)):
-        t0 += s[j0]
-        t1 += s[j0 + U(1)]
-        t2 += s[j0 + U(2)]
-        t3 += s[j0 + U(3)]
-        t4 += s[j0 + U(4)]
-        t5 += s[j0 + U(5)]
-        t6 += s[j0 + U(6)]
-        t7 += s[j0 + U(7)]
-    tot = ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7))
-    return dt(1) / tot if tot > zero else zero
+            mj = mb + j * ms[3]
+            if ms[2] == 0:  # a key's mask the same for every query (padding): a vector add
+                v = mf[mj]
+                for i in range(lp):
+                    s[j * lp + i] += v
+            else:
+                for i in range(n):
+                    s[j * lp + i] += mf[mj + i * ms[2]]
+    for i0 in range(U(0), U(lp), U(8)):
+        m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = lo
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            m0 = max(m0, s[o])
+            m1 = max(m1, s[o + U(1)])
+            m2 = max(m2, s[o + U(2)])
+            m3 = max(m3, s[o + U(3)])
+            m4 = max(m4, s[o + U(4)])
+            m5 = max(m5, s[o + U(5)])
+            m6 = max(m6, s[o + U(6)])
+            m7 = max(m7, s[o + U(7)])
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            s[o] -= m0
+            s[o + U(1)] -= m1
+            s[o + U(2)] -= m2
+            s[o + U(3)] -= m3
+            s[o + U(4)] -= m4
+            s[o + U(5)] -= m5
+            s[o + U(6)] -= m6
+            s[o + U(7)] -= m7
+    for k in range(U(n * lp)):  # one loop the vectorizer takes whole
+        s[k] = fexp(s[k])
+    for i0 in range(U(0), U(lp), U(8)):
+        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = zero
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            t0 += s[o]
+            t1 += s[o + U(1)]
+            t2 += s[o + U(2)]
+            t3 += s[o + U(3)]
+            t4 += s[o + U(4)]
+            t5 += s[o + U(5)]
+            t6 += s[o + U(6)]
+            t7 += s[o + U(7)]
+        t0 = dt(1) / t0 if t0 > zero else zero
+        t1 = dt(1) / t1 if t1 > zero else zero
+        t2 = dt(1) / t2 if t2 > zero else zero
+        t3 = dt(1) / t3 if t3 > zero else zero
+        t4 = dt(1) / t4 if t4 > zero else zero
+        t5 = dt(1) / t5 if t5 > zero else zero
+        t6 = dt(1) / t6 if t6 > zero else zero
+        t7 = dt(1) / t7 if t7 > zero else zero
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            s[o] *= t0
+            s[o + U(1)] *= t1
+            s[o + U(2)] *= t2
+            s[o + U(3)] *= t3
+            s[o + U(4)] *= t4
+            s[o + U(5)] *= t5
+            s[o + U(6)] *= t6
+            s[o + U(7)] *= t7
 
 
 @jit(fastmath={"contract"}, inline="always")
@@ -162,93 +242,107 @@ def _lanes_dot(a, ao, b, bo, d):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"contract"}, inline="always")
-def _load(xf, base, row, kd, n_l, d, sp, kt, vt):  # type: ignore[no-untyped-def]
-    """A block's keys into ``kt`` (d x sp) and, when ``vt`` is given, its values into ``vt``
-    (d x sp), both transposed; the padding columns stay zero."""
-    for j in range(n_l):
-        kj = base + j * row + kd
-        for c in range(d):
-            kt[c * sp + j] = xf[kj + c]
-        if vt is not None:
-            for c in range(d):
-                vt[c * sp + j] = xf[kj + kd + c]
+def _load(src, so, ss, n_l, d, lp, dst):  # type: ignore[no-untyped-def]
+    """The n_l rows of d at ``src[so + i * ss]`` into ``dst`` (d x lp), transposed; the
+    padding columns stay zero. Written out eight a step: as a loop over c, LLVM vectorized
+    the strided stores' addresses and stored lane by lane, at about twice the time."""
+    for i in range(U(n_l)):
+        r = U(so) + i * U(ss)
+        for c0 in range(U(0), U(d), U(8)):
+            o = c0 * U(lp) + i
+            q = r + c0
+            dst[o] = src[q]
+            o += U(lp)
+            dst[o] = src[q + U(1)]
+            o += U(lp)
+            dst[o] = src[q + U(2)]
+            o += U(lp)
+            dst[o] = src[q + U(3)]
+            o += U(lp)
+            dst[o] = src[q + U(4)]
+            o += U(lp)
+            dst[o] = src[q + U(5)]
+            o += U(lp)
+            dst[o] = src[q + U(6)]
+            o += U(lp)
+            dst[o] = src[q + U(7)]
 
 
 @jit(fastmath={"contract"})
-def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1):  # type: ignore[no-untyped-def]
-    """Blocks r0 to r1 (flat, b * n_h + h) of the output (B, L, H, D), flat in ``of``."""
-    sp = (n_l + 7) // 8 * 8
+def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fm):  # type: ignore[no-untyped-def]
+    """Blocks r0 to r1 (flat, b * n_h + h) of the output (B, L, H, D), flat in ``of``; the
+    products by ``_mm``'s compiled code at ``fm``: a block's scores, key by key (rows of lp
+    queries), then the weighted sums of the values."""
+    lp = (n_l + 7) // 8 * 8
     dt = xf.dtype
-    kt = np.zeros(d * sp, dt)
-    s = np.zeros(sp, dt)
+    qt = np.zeros(d * lp, dt)
+    s = np.zeros(n_l * lp, dt)
+    one = dt.type(1)
     row = 3 * n_h * d  # from one token's q (k, v) to the next's
     kd = n_h * d  # from a token's q to its k, and from its k to its v
     for bh in range(r0, r1):
         b = bh // n_h
         h = bh - b * n_h
         base = b * n_l * row + h * d
-        _load(xf, base, row, kd, n_l, d, sp, kt, None)
-        for i in range(n_l):
-            _lanes_vm(xf, base + i * row, kt, 0, sp, d, s, 0)
-            mb = 0 if mf is None else b * ms[0] + h * ms[1] + i * ms[2]
-            inv = _softmax(s, n_l, mf, ms, mb, scale)
-            _lanes_mv(s, 0, 1, n_l, xf, base + 2 * kd, row, d, of, ((b * n_l + i) * n_h + h) * d, inv)
+        _load(xf, base, row, n_l, d, lp, qt)
+        call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, s, 0, lp, scale))
+        mb = 0 if mf is None else b * ms[0] + h * ms[1]
+        _softmax_cols(s, n_l, lp, mf, ms, mb)
+        call_at(fm, (s, 0, 1, lp, n_l, n_l, xf, base + 2 * kd, row, d, of,
+                     (b * n_l * n_h + h) * d, n_h * d, one))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fp):  # type: ignore[no-untyped-def]
+def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fm, fp):  # type: ignore[no-untyped-def]
     """``_fwd_blocks`` in chunks of blocks, one per thread, each a call of its compiled code at
     ``fp`` (``twins.entry``): a call by name would link its IR into this twin and
     optimise it again (1.5 CPU s to compile, ``_bwd_par`` 2.9)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1))
+        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fm))
 
 
 @jit(fastmath={"contract"})
-def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
+def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm):  # type: ignore[no-untyped-def]
     """One block's q, k and v gradients in ``dxf`` from its score gradients ``sb`` and
-    probabilities ``pb`` (rows of sp): dq_i = ds_i K, dk_j = sum_i ds_ij q_i, dv_j = sum_i p_ij
-    g_i, a weighted sum of rows each (one copy of its code: each copy inlined was compile time)."""
-    sp = (n_l + 7) // 8 * 8
+    probabilities ``pb`` (n_l keys x lp queries), by ``_mm`` at ``fm``: dQ = dS K,
+    dK = dS^T Q, dV = P^T G."""
+    lp = (n_l + 7) // 8 * 8
     kd = row // 3
     one = xf.dtype.type(1)
-    for t in range(3 * n_l):
-        if t < n_l:  # dq_t
-            w, po, ps, rows, to, st, oo = sb, t * sp, 1, xf, base + kd, row, base + t * row
-        else:  # dk_j, then dv_j
-            j, v = divmod(t - n_l, 2)
-            w, po, ps, rows = pb if v else sb, j, sp, gf if v else xf
-            to, st, oo = gbase if v else base, grow if v else row, base + j * row + kd + v * kd
-        _lanes_mv(w, po, ps, n_l, rows, to, st, d, dxf, oo, one)
+    call_at(fm, (sb, 0, 1, lp, n_l, n_l, xf, base + kd, row, d, dxf, base, row, one))
+    call_at(fm, (sb, 0, lp, 1, n_l, n_l, xf, base, row, d, dxf, base + kd, row, one))
+    call_at(fm, (pb, 0, lp, 1, n_l, n_l, gf, gbase, grow, d, dxf, base + 2 * kd, row, one))
 
 
 @jit(fastmath={"contract"})
-def _bwd_scores(xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
-    """One block's keys and values into ``kt`` and ``vt`` (transposed), its scores q_i K^T
-    into the rows of ``pb`` and dp = g_i V^T into those of ``sb`` (rows of sp)."""
-    sp = (n_l + 7) // 8 * 8
+def _bwd_scores(xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm):  # type: ignore[no-untyped-def]
+    """One block's queries and output gradients into ``qt`` and ``gt`` (transposed), its
+    scaled scores K Q^T into ``pb`` and dP^T = V G^T into ``sb`` (rows of lp), by ``_mm`` at
+    ``fm``."""
+    lp = (n_l + 7) // 8 * 8
     kd = row // 3
-    _load(xf, base, row, kd, n_l, d, sp, kt, vt)
-    for t in range(2 * n_l):
-        i, v = divmod(t, 2)
-        _lanes_vm(gf if v else xf, gbase + i * grow if v else base + i * row, vt if v else kt, 0,
-                  sp, d, sb if v else pb, i * sp)
+    _load(xf, base, row, n_l, d, lp, qt)
+    _load(gf, gbase, grow, n_l, d, lp, gt)
+    call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, pb, 0, lp, scale))
+    call_at(fm, (xf, base + 2 * kd, row, 1, n_l, d, gt, 0, lp, lp, sb, 0, lp,
+                 xf.dtype.type(1)))
 
 
 @jit(fastmath={"contract"})
-def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs):  # type: ignore[no-untyped-def]
+def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs, fm):  # type: ignore[no-untyped-def]
     """Blocks r0 to r1 of the packed gradient ``dxf`` (B, L, 3, H, D), given the output
     gradient ``gf`` and output ``of`` (B, L, H, D); ``dmf`` (B, H, L, L) or None. A block's
     products run in ``_bwd_scores`` and ``_bwd_sums``, their compiled code at ``fq`` and ``fs``
     (``twins.entry``): compiled into this kernel, the three took 2.5 CPU s."""
-    sp = (n_l + 7) // 8 * 8
+    lp = (n_l + 7) // 8 * 8
     dt = xf.dtype
-    kt = np.zeros(d * sp, dt)
-    vt = np.zeros(d * sp, dt)
-    pb = np.zeros(n_l * sp, dt)  # the block's probabilities, a row of sp per query
-    sb = np.zeros(n_l * sp, dt)  # and its scores' gradients
+    qt = np.zeros(d * lp, dt)
+    gt = np.zeros(d * lp, dt)
+    pb = np.zeros(n_l * lp, dt)  # the block's probabilities, a row of lp queries per key
+    sb = np.zeros(n_l * lp, dt)  # and its scores' gradients
+    ci = np.zeros(lp, dt)
     row = 3 * n_h * d
     grow = n_h * d  # from one token's output (gradient) row to the next's
     for bh in range(r0, r1):
@@ -256,33 +350,30 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs
         h = bh - b * n_h
         base = b * n_l * row + h * d
         gbase = b * n_l * grow + h * d
-        call_at(fq, (xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d))
+        call_at(fq, (xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm))
+        mb = 0 if mf is None else b * ms[0] + h * ms[1]
+        _softmax_cols(pb, n_l, lp, mf, ms, mb)
         for i in range(n_l):
             go = gbase + i * grow
-            p = pb[i * sp : (i + 1) * sp]
-            ds = sb[i * sp : (i + 1) * sp]
-            mb = 0 if mf is None else b * ms[0] + h * ms[1] + i * ms[2]
-            inv = _softmax(p, n_l, mf, ms, mb, scale)
-            ci = _lanes_dot(gf, go, of, go, d)
-            mo = ((b * n_h + h) * n_l + i) * n_l
-            for j in range(n_l):
-                pj = p[j] * inv
-                p[j] = pj
-                e = pj * (ds[j] - ci)
+            ci[i] = _lanes_dot(gf, go, of, go, d)
+        mo = (b * n_h + h) * n_l * n_l
+        for j in range(n_l):
+            for i in range(n_l):
+                e = pb[j * lp + i] * (sb[j * lp + i] - ci[i])
                 if dmf is not None:
-                    dmf[mo + j] = e
-                ds[j] = e * scale
-        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d))
+                    dmf[mo + i * n_l + j] = e
+                sb[j * lp + i] = e * scale
+        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fq, fs, fp):  # type: ignore[no-untyped-def]
+def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fq, fs, fm, fp):  # type: ignore[no-untyped-def]
     """``_bwd_blocks`` in chunks of blocks, through its compiled code at ``fp`` (as
     ``_fwd_par``)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs))
+        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs, fm))
 
 
 _lock = threading.Lock()
@@ -346,25 +437,30 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     args = (x.reshape(-1), n_l, n_h, d, mf, ms, sc, out.reshape(-1))
     par = _parallel(x)
     with _slp(("fwd", x.dtype.char, mf is None, par)):
+        fm = _parts(x.dtype)[2]
         if par:
-            _fwd_par(*args, n_b * n_h, entry(_fwd_blocks, *args, 0, 0))
+            _fwd_par(*args, n_b * n_h, fm, entry(_fwd_blocks, *args, 0, 0, fm))
         else:
-            _fwd_blocks(*args, 0, n_b * n_h)
+            _fwd_blocks(*args, 0, n_b * n_h, fm)
     return out.transpose(0, 2, 1, 3)
 
 
-_PARTS: dict[str, tuple[int, int]] = {}
+_PARTS: dict[str, tuple[int, int, int]] = {}
 
 
-def _parts(dt: Any) -> tuple[int, int]:
-    """The addresses of ``_bwd_scores``' and ``_bwd_sums``' compiled code for dtype ``dt``
-    (``twins.entry``, by calls over no rows), kept by dtype: their arguments are flat arrays of
-    the input's dtype and int64s."""
+def _parts(dt: Any) -> tuple[int, int, int]:
+    """The addresses of ``_bwd_scores``', ``_bwd_sums``' and ``_mm``'s compiled code for
+    dtype ``dt`` (``twins.entry``, by calls over no rows), kept by dtype: their arguments are
+    flat arrays of the input's dtype, int64s and a scalar of that dtype."""
     fps = _PARTS.get(dt.char)
     if fps is None:
-        z = np.zeros(0, dt)
-        fps = _PARTS[dt.char] = (entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0),
-                                 entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0))
+        z, one = np.zeros(0, dt), dt.type(1)
+        fm = entry(_mm, z, 0, 0, 0, 0, 0, z, 0, 0, 0, z, 0, 0, one)
+        fps = _PARTS[dt.char] = (
+            entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0, one, fm),  # products of none
+            entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0, fm),
+            fm,
+        )
     return fps
 
 
