@@ -33,7 +33,7 @@ from .._backend import np
 from . import jit, numba
 from .chunks import bounds, num_threads
 from .softmax import fexp
-from .twins import call_at, entry
+from .twins import call_at, entry, entry_by
 
 U = np.uint64
 MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/design.md)
@@ -41,11 +41,11 @@ MAX_WIDTH = 64  # a head's width
 
 
 @jit(fastmath={"contract"})
-def _mm(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os, scale):  # type: ignore[no-untyped-def]
-    """``out[oo + r * os + j] = scale * sum_c a[ao + r * ars + c * acs] * t[to + c * ts + j]``
-    for r < m, c < n and j < w (a multiple of 8): tiles of four rows by eight columns, their
-    32 running sums independent (one sum's chain of multiply-adds waits 4 cycles a step). A
-    last tile of fewer rows repeats its last row (the same sums written twice)."""
+def _mm8(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os):  # type: ignore[no-untyped-def]
+    """``out[oo + r * os + j] = sum_c a[ao + r * ars + c * acs] * t[to + c * ts + j]`` for
+    r < m, c < n and j < w (a multiple of 8): tiles of four rows by eight columns, their 32
+    running sums independent (a sum's chain of multiply-adds waits 4 cycles a step). A last
+    tile of fewer rows repeats its last row (the same sums written twice)."""
     z = out.dtype.type(0)
     last = U(m - 1)
     for r0 in range(U(0), U(m), U(4)):
@@ -58,101 +58,286 @@ def _mm(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os, scale):  # type: ignor
         o2 = U(oo) + min(r0 + U(2), last) * U(os)
         o3 = U(oo) + min(r0 + U(3), last) * U(os)
         for j0 in range(U(0), U(w), U(8)):
-            a00 = a01 = a02 = a03 = a04 = a05 = a06 = a07 = z
-            a10 = a11 = a12 = a13 = a14 = a15 = a16 = a17 = z
-            a20 = a21 = a22 = a23 = a24 = a25 = a26 = a27 = z
-            a30 = a31 = a32 = a33 = a34 = a35 = a36 = a37 = z
+            a0_0 = a0_1 = a0_2 = a0_3 = a0_4 = a0_5 = a0_6 = a0_7 = z
+            a1_0 = a1_1 = a1_2 = a1_3 = a1_4 = a1_5 = a1_6 = a1_7 = z
+            a2_0 = a2_1 = a2_2 = a2_3 = a2_4 = a2_5 = a2_6 = a2_7 = z
+            a3_0 = a3_1 = a3_2 = a3_3 = a3_4 = a3_5 = a3_6 = a3_7 = z
             for c in range(U(n)):
                 tb = U(to) + c * U(ts) + j0
-                t0 = t[tb]
-                t1 = t[tb + U(1)]
-                t2 = t[tb + U(2)]
-                t3 = t[tb + U(3)]
-                t4 = t[tb + U(4)]
-                t5 = t[tb + U(5)]
-                t6 = t[tb + U(6)]
-                t7 = t[tb + U(7)]
+                tv = t[tb : tb + U(8)]
+                t0 = tv[0]
+                t1 = tv[1]
+                t2 = tv[2]
+                t3 = tv[3]
+                t4 = tv[4]
+                t5 = tv[5]
+                t6 = tv[6]
+                t7 = tv[7]
                 cc = c * U(acs)
                 x0 = a[p0 + cc]
                 x1 = a[p1 + cc]
                 x2 = a[p2 + cc]
                 x3 = a[p3 + cc]
-                a00 += x0 * t0
-                a01 += x0 * t1
-                a02 += x0 * t2
-                a03 += x0 * t3
-                a04 += x0 * t4
-                a05 += x0 * t5
-                a06 += x0 * t6
-                a07 += x0 * t7
-                a10 += x1 * t0
-                a11 += x1 * t1
-                a12 += x1 * t2
-                a13 += x1 * t3
-                a14 += x1 * t4
-                a15 += x1 * t5
-                a16 += x1 * t6
-                a17 += x1 * t7
-                a20 += x2 * t0
-                a21 += x2 * t1
-                a22 += x2 * t2
-                a23 += x2 * t3
-                a24 += x2 * t4
-                a25 += x2 * t5
-                a26 += x2 * t6
-                a27 += x2 * t7
-                a30 += x3 * t0
-                a31 += x3 * t1
-                a32 += x3 * t2
-                a33 += x3 * t3
-                a34 += x3 * t4
-                a35 += x3 * t5
-                a36 += x3 * t6
-                a37 += x3 * t7
-            o = o0 + j0
-            out[o] = a00 * scale
-            out[o + U(1)] = a01 * scale
-            out[o + U(2)] = a02 * scale
-            out[o + U(3)] = a03 * scale
-            out[o + U(4)] = a04 * scale
-            out[o + U(5)] = a05 * scale
-            out[o + U(6)] = a06 * scale
-            out[o + U(7)] = a07 * scale
-            o = o1 + j0
-            out[o] = a10 * scale
-            out[o + U(1)] = a11 * scale
-            out[o + U(2)] = a12 * scale
-            out[o + U(3)] = a13 * scale
-            out[o + U(4)] = a14 * scale
-            out[o + U(5)] = a15 * scale
-            out[o + U(6)] = a16 * scale
-            out[o + U(7)] = a17 * scale
-            o = o2 + j0
-            out[o] = a20 * scale
-            out[o + U(1)] = a21 * scale
-            out[o + U(2)] = a22 * scale
-            out[o + U(3)] = a23 * scale
-            out[o + U(4)] = a24 * scale
-            out[o + U(5)] = a25 * scale
-            out[o + U(6)] = a26 * scale
-            out[o + U(7)] = a27 * scale
-            o = o3 + j0
-            out[o] = a30 * scale
-            out[o + U(1)] = a31 * scale
-            out[o + U(2)] = a32 * scale
-            out[o + U(3)] = a33 * scale
-            out[o + U(4)] = a34 * scale
-            out[o + U(5)] = a35 * scale
-            out[o + U(6)] = a36 * scale
-            out[o + U(7)] = a37 * scale
+                a0_0 += x0 * t0
+                a0_1 += x0 * t1
+                a0_2 += x0 * t2
+                a0_3 += x0 * t3
+                a0_4 += x0 * t4
+                a0_5 += x0 * t5
+                a0_6 += x0 * t6
+                a0_7 += x0 * t7
+                a1_0 += x1 * t0
+                a1_1 += x1 * t1
+                a1_2 += x1 * t2
+                a1_3 += x1 * t3
+                a1_4 += x1 * t4
+                a1_5 += x1 * t5
+                a1_6 += x1 * t6
+                a1_7 += x1 * t7
+                a2_0 += x2 * t0
+                a2_1 += x2 * t1
+                a2_2 += x2 * t2
+                a2_3 += x2 * t3
+                a2_4 += x2 * t4
+                a2_5 += x2 * t5
+                a2_6 += x2 * t6
+                a2_7 += x2 * t7
+                a3_0 += x3 * t0
+                a3_1 += x3 * t1
+                a3_2 += x3 * t2
+                a3_3 += x3 * t3
+                a3_4 += x3 * t4
+                a3_5 += x3 * t5
+                a3_6 += x3 * t6
+                a3_7 += x3 * t7
+            ov = out[o0 + j0 : o0 + j0 + U(8)]
+            ov[0] = a0_0
+            ov[1] = a0_1
+            ov[2] = a0_2
+            ov[3] = a0_3
+            ov[4] = a0_4
+            ov[5] = a0_5
+            ov[6] = a0_6
+            ov[7] = a0_7
+            ov = out[o1 + j0 : o1 + j0 + U(8)]
+            ov[0] = a1_0
+            ov[1] = a1_1
+            ov[2] = a1_2
+            ov[3] = a1_3
+            ov[4] = a1_4
+            ov[5] = a1_5
+            ov[6] = a1_6
+            ov[7] = a1_7
+            ov = out[o2 + j0 : o2 + j0 + U(8)]
+            ov[0] = a2_0
+            ov[1] = a2_1
+            ov[2] = a2_2
+            ov[3] = a2_3
+            ov[4] = a2_4
+            ov[5] = a2_5
+            ov[6] = a2_6
+            ov[7] = a2_7
+            ov = out[o3 + j0 : o3 + j0 + U(8)]
+            ov[0] = a3_0
+            ov[1] = a3_1
+            ov[2] = a3_2
+            ov[3] = a3_3
+            ov[4] = a3_4
+            ov[5] = a3_5
+            ov[6] = a3_6
+            ov[7] = a3_7
 
 
-@jit(fastmath={"contract"}, inline="always")
+@jit(fastmath={"contract"})
+def _mm(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os, f8):  # type: ignore[no-untyped-def]
+    """``_mm8``'s product in tiles of four rows by sixteen columns (64 running sums: twice
+    the chains in flight), a last block of columns overlapping the one before when w is an odd
+    multiple of 8; w = 8 by ``_mm8``'s compiled code at ``f8``."""
+    if w < 16:
+        call_at(f8, (a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os))
+        return
+    z = out.dtype.type(0)
+    last = U(m - 1)
+    for r0 in range(U(0), U(m), U(4)):
+        p0 = U(ao) + r0 * U(ars)
+        p1 = U(ao) + min(r0 + U(1), last) * U(ars)
+        p2 = U(ao) + min(r0 + U(2), last) * U(ars)
+        p3 = U(ao) + min(r0 + U(3), last) * U(ars)
+        o0 = U(oo) + r0 * U(os)
+        o1 = U(oo) + min(r0 + U(1), last) * U(os)
+        o2 = U(oo) + min(r0 + U(2), last) * U(os)
+        o3 = U(oo) + min(r0 + U(3), last) * U(os)
+        for j in range(U(0), U(w), U(16)):
+            j0 = min(j, U(w - 16))
+            a0_0 = a0_1 = a0_2 = a0_3 = a0_4 = a0_5 = a0_6 = a0_7 = a0_8 = a0_9 = a0_10 = a0_11 = a0_12 = a0_13 = a0_14 = a0_15 = z
+            a1_0 = a1_1 = a1_2 = a1_3 = a1_4 = a1_5 = a1_6 = a1_7 = a1_8 = a1_9 = a1_10 = a1_11 = a1_12 = a1_13 = a1_14 = a1_15 = z
+            a2_0 = a2_1 = a2_2 = a2_3 = a2_4 = a2_5 = a2_6 = a2_7 = a2_8 = a2_9 = a2_10 = a2_11 = a2_12 = a2_13 = a2_14 = a2_15 = z
+            a3_0 = a3_1 = a3_2 = a3_3 = a3_4 = a3_5 = a3_6 = a3_7 = a3_8 = a3_9 = a3_10 = a3_11 = a3_12 = a3_13 = a3_14 = a3_15 = z
+            for c in range(U(n)):
+                tb = U(to) + c * U(ts) + j0
+                tv = t[tb : tb + U(16)]
+                t0 = tv[0]
+                t1 = tv[1]
+                t2 = tv[2]
+                t3 = tv[3]
+                t4 = tv[4]
+                t5 = tv[5]
+                t6 = tv[6]
+                t7 = tv[7]
+                t8 = tv[8]
+                t9 = tv[9]
+                t10 = tv[10]
+                t11 = tv[11]
+                t12 = tv[12]
+                t13 = tv[13]
+                t14 = tv[14]
+                t15 = tv[15]
+                cc = c * U(acs)
+                x0 = a[p0 + cc]
+                x1 = a[p1 + cc]
+                x2 = a[p2 + cc]
+                x3 = a[p3 + cc]
+                a0_0 += x0 * t0
+                a0_1 += x0 * t1
+                a0_2 += x0 * t2
+                a0_3 += x0 * t3
+                a0_4 += x0 * t4
+                a0_5 += x0 * t5
+                a0_6 += x0 * t6
+                a0_7 += x0 * t7
+                a0_8 += x0 * t8
+                a0_9 += x0 * t9
+                a0_10 += x0 * t10
+                a0_11 += x0 * t11
+                a0_12 += x0 * t12
+                a0_13 += x0 * t13
+                a0_14 += x0 * t14
+                a0_15 += x0 * t15
+                a1_0 += x1 * t0
+                a1_1 += x1 * t1
+                a1_2 += x1 * t2
+                a1_3 += x1 * t3
+                a1_4 += x1 * t4
+                a1_5 += x1 * t5
+                a1_6 += x1 * t6
+                a1_7 += x1 * t7
+                a1_8 += x1 * t8
+                a1_9 += x1 * t9
+                a1_10 += x1 * t10
+                a1_11 += x1 * t11
+                a1_12 += x1 * t12
+                a1_13 += x1 * t13
+                a1_14 += x1 * t14
+                a1_15 += x1 * t15
+                a2_0 += x2 * t0
+                a2_1 += x2 * t1
+                a2_2 += x2 * t2
+                a2_3 += x2 * t3
+                a2_4 += x2 * t4
+                a2_5 += x2 * t5
+                a2_6 += x2 * t6
+                a2_7 += x2 * t7
+                a2_8 += x2 * t8
+                a2_9 += x2 * t9
+                a2_10 += x2 * t10
+                a2_11 += x2 * t11
+                a2_12 += x2 * t12
+                a2_13 += x2 * t13
+                a2_14 += x2 * t14
+                a2_15 += x2 * t15
+                a3_0 += x3 * t0
+                a3_1 += x3 * t1
+                a3_2 += x3 * t2
+                a3_3 += x3 * t3
+                a3_4 += x3 * t4
+                a3_5 += x3 * t5
+                a3_6 += x3 * t6
+                a3_7 += x3 * t7
+                a3_8 += x3 * t8
+                a3_9 += x3 * t9
+                a3_10 += x3 * t10
+                a3_11 += x3 * t11
+                a3_12 += x3 * t12
+                a3_13 += x3 * t13
+                a3_14 += x3 * t14
+                a3_15 += x3 * t15
+            ov = out[o0 + j0 : o0 + j0 + U(16)]
+            ov[0] = a0_0
+            ov[1] = a0_1
+            ov[2] = a0_2
+            ov[3] = a0_3
+            ov[4] = a0_4
+            ov[5] = a0_5
+            ov[6] = a0_6
+            ov[7] = a0_7
+            ov[8] = a0_8
+            ov[9] = a0_9
+            ov[10] = a0_10
+            ov[11] = a0_11
+            ov[12] = a0_12
+            ov[13] = a0_13
+            ov[14] = a0_14
+            ov[15] = a0_15
+            ov = out[o1 + j0 : o1 + j0 + U(16)]
+            ov[0] = a1_0
+            ov[1] = a1_1
+            ov[2] = a1_2
+            ov[3] = a1_3
+            ov[4] = a1_4
+            ov[5] = a1_5
+            ov[6] = a1_6
+            ov[7] = a1_7
+            ov[8] = a1_8
+            ov[9] = a1_9
+            ov[10] = a1_10
+            ov[11] = a1_11
+            ov[12] = a1_12
+            ov[13] = a1_13
+            ov[14] = a1_14
+            ov[15] = a1_15
+            ov = out[o2 + j0 : o2 + j0 + U(16)]
+            ov[0] = a2_0
+            ov[1] = a2_1
+            ov[2] = a2_2
+            ov[3] = a2_3
+            ov[4] = a2_4
+            ov[5] = a2_5
+            ov[6] = a2_6
+            ov[7] = a2_7
+            ov[8] = a2_8
+            ov[9] = a2_9
+            ov[10] = a2_10
+            ov[11] = a2_11
+            ov[12] = a2_12
+            ov[13] = a2_13
+            ov[14] = a2_14
+            ov[15] = a2_15
+            ov = out[o3 + j0 : o3 + j0 + U(16)]
+            ov[0] = a3_0
+            ov[1] = a3_1
+            ov[2] = a3_2
+            ov[3] = a3_3
+            ov[4] = a3_4
+            ov[5] = a3_5
+            ov[6] = a3_6
+            ov[7] = a3_7
+            ov[8] = a3_8
+            ov[9] = a3_9
+            ov[10] = a3_10
+            ov[11] = a3_11
+            ov[12] = a3_12
+            ov[13] = a3_13
+            ov[14] = a3_14
+            ov[15] = a3_15
+
+
+@jit(fastmath={"contract"})
 def _softmax_cols(s, n, lp, mf, ms, mb):  # type: ignore[no-untyped-def]
     """The softmax over the keys of (n keys x lp queries) scaled scores ``s``, in place and
     normalised (0 where a query's keys are all masked), ``mf[mb + i * ms[2] + j * ms[3]]``
     added to query i's score of key j: down the columns, eight queries at a time (no sum
-    across lanes)."""
+    across lanes). Compiled once for the forward and backward kernels, called at an address
+    (``_fwd_blocks``' ``fc``)."""
     dt = s.dtype.type
     zero = dt(0)
     lo = dt(-3.4028234663852886e38)  # float32's lowest: a row of -inf gives exp(-inf) = 0
@@ -242,34 +427,34 @@ def _lanes_dot(a, ao, b, bo, d):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"contract"}, inline="always")
-def _load(src, so, ss, n_l, d, lp, dst):  # type: ignore[no-untyped-def]
-    """The n_l rows of d at ``src[so + i * ss]`` into ``dst`` (d x lp), transposed; the
-    padding columns stay zero. Written out eight a step: as a loop over c, LLVM vectorized
+def _load(src, so, ss, n_l, d, lp, dst, f):  # type: ignore[no-untyped-def]
+    """The n_l rows of d at ``src[so + i * ss]`` times ``f`` into ``dst`` (d x lp),
+    transposed; the padding columns stay zero. Written out eight a step: as a loop over c, LLVM vectorized
     the strided stores' addresses and stored lane by lane, at about twice the time."""
     for i in range(U(n_l)):
         r = U(so) + i * U(ss)
         for c0 in range(U(0), U(d), U(8)):
             o = c0 * U(lp) + i
             q = r + c0
-            dst[o] = src[q]
+            dst[o] = src[q] * f
             o += U(lp)
-            dst[o] = src[q + U(1)]
+            dst[o] = src[q + U(1)] * f
             o += U(lp)
-            dst[o] = src[q + U(2)]
+            dst[o] = src[q + U(2)] * f
             o += U(lp)
-            dst[o] = src[q + U(3)]
+            dst[o] = src[q + U(3)] * f
             o += U(lp)
-            dst[o] = src[q + U(4)]
+            dst[o] = src[q + U(4)] * f
             o += U(lp)
-            dst[o] = src[q + U(5)]
+            dst[o] = src[q + U(5)] * f
             o += U(lp)
-            dst[o] = src[q + U(6)]
+            dst[o] = src[q + U(6)] * f
             o += U(lp)
-            dst[o] = src[q + U(7)]
+            dst[o] = src[q + U(7)] * f
 
 
 @jit(fastmath={"contract"})
-def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fm):  # type: ignore[no-untyped-def]
+def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fc, fm, f8):  # type: ignore[no-untyped-def]
     """Blocks r0 to r1 (flat, b * n_h + h) of the output (B, L, H, D), flat in ``of``; the
     products by ``_mm``'s compiled code at ``fm``: a block's scores, key by key (rows of lp
     queries), then the weighted sums of the values."""
@@ -277,61 +462,58 @@ def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fm):  # type: ignore
     dt = xf.dtype
     qt = np.zeros(d * lp, dt)
     s = np.zeros(n_l * lp, dt)
-    one = dt.type(1)
     row = 3 * n_h * d  # from one token's q (k, v) to the next's
     kd = n_h * d  # from a token's q to its k, and from its k to its v
     for bh in range(r0, r1):
         b = bh // n_h
         h = bh - b * n_h
         base = b * n_l * row + h * d
-        _load(xf, base, row, n_l, d, lp, qt)
-        call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, s, 0, lp, scale))
+        _load(xf, base, row, n_l, d, lp, qt, scale)
+        call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, s, 0, lp, f8))
         mb = 0 if mf is None else b * ms[0] + h * ms[1]
-        _softmax_cols(s, n_l, lp, mf, ms, mb)
+        call_at(fc, (s, n_l, lp, mf, ms, mb))
         call_at(fm, (s, 0, 1, lp, n_l, n_l, xf, base + 2 * kd, row, d, of,
-                     (b * n_l * n_h + h) * d, n_h * d, one))
+                     (b * n_l * n_h + h) * d, n_h * d, f8))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fm, fp):  # type: ignore[no-untyped-def]
+def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fc, fm, f8, fp):  # type: ignore[no-untyped-def]
     """``_fwd_blocks`` in chunks of blocks, one per thread, each a call of its compiled code at
     ``fp`` (``twins.entry``): a call by name would link its IR into this twin and
     optimise it again (1.5 CPU s to compile, ``_bwd_par`` 2.9)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fm))
+        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fc, fm, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm):  # type: ignore[no-untyped-def]
+def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm, f8):  # type: ignore[no-untyped-def]
     """One block's q, k and v gradients in ``dxf`` from its score gradients ``sb`` and
     probabilities ``pb`` (n_l keys x lp queries), by ``_mm`` at ``fm``: dQ = dS K,
     dK = dS^T Q, dV = P^T G."""
     lp = (n_l + 7) // 8 * 8
     kd = row // 3
-    one = xf.dtype.type(1)
-    call_at(fm, (sb, 0, 1, lp, n_l, n_l, xf, base + kd, row, d, dxf, base, row, one))
-    call_at(fm, (sb, 0, lp, 1, n_l, n_l, xf, base, row, d, dxf, base + kd, row, one))
-    call_at(fm, (pb, 0, lp, 1, n_l, n_l, gf, gbase, grow, d, dxf, base + 2 * kd, row, one))
+    call_at(fm, (sb, 0, 1, lp, n_l, n_l, xf, base + kd, row, d, dxf, base, row, f8))
+    call_at(fm, (sb, 0, lp, 1, n_l, n_l, xf, base, row, d, dxf, base + kd, row, f8))
+    call_at(fm, (pb, 0, lp, 1, n_l, n_l, gf, gbase, grow, d, dxf, base + 2 * kd, row, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_scores(xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm):  # type: ignore[no-untyped-def]
+def _bwd_scores(xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm, f8):  # type: ignore[no-untyped-def]
     """One block's queries and output gradients into ``qt`` and ``gt`` (transposed), its
     scaled scores K Q^T into ``pb`` and dP^T = V G^T into ``sb`` (rows of lp), by ``_mm`` at
     ``fm``."""
     lp = (n_l + 7) // 8 * 8
     kd = row // 3
-    _load(xf, base, row, n_l, d, lp, qt)
-    _load(gf, gbase, grow, n_l, d, lp, gt)
-    call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, pb, 0, lp, scale))
-    call_at(fm, (xf, base + 2 * kd, row, 1, n_l, d, gt, 0, lp, lp, sb, 0, lp,
-                 xf.dtype.type(1)))
+    _load(xf, base, row, n_l, d, lp, qt, scale)
+    _load(gf, gbase, grow, n_l, d, lp, gt, xf.dtype.type(1))
+    call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, pb, 0, lp, f8))
+    call_at(fm, (xf, base + 2 * kd, row, 1, n_l, d, gt, 0, lp, lp, sb, 0, lp, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs, fm):  # type: ignore[no-untyped-def]
+def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fc, fq, fs, fm, f8):  # type: ignore[no-untyped-def]
     """Blocks r0 to r1 of the packed gradient ``dxf`` (B, L, 3, H, D), given the output
     gradient ``gf`` and output ``of`` (B, L, H, D); ``dmf`` (B, H, L, L) or None. A block's
     products run in ``_bwd_scores`` and ``_bwd_sums``, their compiled code at ``fq`` and ``fs``
@@ -350,9 +532,9 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs
         h = bh - b * n_h
         base = b * n_l * row + h * d
         gbase = b * n_l * grow + h * d
-        call_at(fq, (xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm))
+        call_at(fq, (xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm, f8))
         mb = 0 if mf is None else b * ms[0] + h * ms[1]
-        _softmax_cols(pb, n_l, lp, mf, ms, mb)
+        call_at(fc, (pb, n_l, lp, mf, ms, mb))
         for i in range(n_l):
             go = gbase + i * grow
             ci[i] = _lanes_dot(gf, go, of, go, d)
@@ -363,17 +545,17 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs
                 if dmf is not None:
                     dmf[mo + i * n_l + j] = e
                 sb[j * lp + i] = e * scale
-        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm))
+        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm, f8))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fq, fs, fm, fp):  # type: ignore[no-untyped-def]
+def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fc, fq, fs, fm, f8, fp):  # type: ignore[no-untyped-def]
     """``_bwd_blocks`` in chunks of blocks, through its compiled code at ``fp`` (as
     ``_fwd_par``)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs, fm))
+        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fc, fq, fs, fm, f8))
 
 
 _lock = threading.Lock()
@@ -437,31 +619,39 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     args = (x.reshape(-1), n_l, n_h, d, mf, ms, sc, out.reshape(-1))
     par = _parallel(x)
     with _slp(("fwd", x.dtype.char, mf is None, par)):
-        fm = _parts(x.dtype)[2]
+        fms = (_cols(x.dtype, mf, ms), *_parts(x.dtype)[2:])
         if par:
-            _fwd_par(*args, n_b * n_h, fm, entry(_fwd_blocks, *args, 0, 0, fm))
+            _fwd_par(*args, n_b * n_h, *fms, entry(_fwd_blocks, *args, 0, 0, *fms))
         else:
-            _fwd_blocks(*args, 0, n_b * n_h, fm)
+            _fwd_blocks(*args, 0, n_b * n_h, *fms)
     return out.transpose(0, 2, 1, 3)
 
 
-_PARTS: dict[str, tuple[int, int, int]] = {}
+_PARTS: dict[str, tuple[int, int, int, int]] = {}
 
 
-def _parts(dt: Any) -> tuple[int, int, int]:
-    """The addresses of ``_bwd_scores``', ``_bwd_sums``' and ``_mm``'s compiled code for
-    dtype ``dt`` (``twins.entry``, by calls over no rows), kept by dtype: their arguments are
-    flat arrays of the input's dtype, int64s and a scalar of that dtype."""
+def _parts(dt: Any) -> tuple[int, int, int, int]:
+    """The addresses of ``_bwd_scores``', ``_bwd_sums``', ``_mm``'s and ``_mm8``'s compiled
+    code for dtype ``dt`` (``twins.entry``, by calls over no rows), kept by dtype: their
+    arguments are flat arrays of the input's dtype, int64s and a scalar of that dtype."""
     fps = _PARTS.get(dt.char)
     if fps is None:
-        z, one = np.zeros(0, dt), dt.type(1)
-        fm = entry(_mm, z, 0, 0, 0, 0, 0, z, 0, 0, 0, z, 0, 0, one)
+        z = np.zeros(0, dt)
+        f8 = entry(_mm8, z, 0, 0, 0, 0, 0, z, 0, 0, 16, z, 0, 0)
+        fm = entry(_mm, z, 0, 0, 0, 0, 0, z, 0, 0, 16, z, 0, 0, f8)  # products of none
         fps = _PARTS[dt.char] = (
-            entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0, one, fm),  # products of none
-            entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0, fm),
+            entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0, dt.type(1), fm, f8),
+            entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0, fm, f8),
             fm,
+            f8,
         )
     return fps
+
+
+def _cols(dt: Any, mf: Any, ms: Any) -> int:
+    """The address of ``_softmax_cols``' compiled code for dtype ``dt``, with a mask or not."""
+    z = np.zeros(0, dt)
+    return entry_by(("cols", dt.char, mf is None), _softmax_cols, z, 0, 0, mf, ms, 0)
 
 
 def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> Any:
@@ -479,7 +669,7 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
             dx.reshape(-1), dm)
     par = _parallel(x)
     with _slp(("bwd", x.dtype.char, mf is None, dm is None, par)):
-        fqs = _parts(x.dtype)
+        fqs = (_cols(x.dtype, mf, ms), *_parts(x.dtype))
         if par:
             _bwd_par(*args, n_b * n_h, *fqs, entry(_bwd_blocks, *args, 0, 0, *fqs))
         else:
