@@ -18,8 +18,8 @@ additive mask. The products and the softmax are compiled once each and called at
 addresses (``twins.call_at``), so the block kernels stay small to compile.
 
 CLIP's text tower's shape, (128, 10, 3, 4, 16) float32 (AMD EPYC Zen 4, 2 cores, side by
-side with the former kernel of one query's eight lanes at a time): forward + backward 1.9-2.0x
-as fast at one thread, about 1.55x at two; at one thread forward about 1,400 cycles a block
+side with the former kernel of one query's eight lanes at a time): forward + backward 1.6-2.0x
+as fast at one thread, 1.4-1.6x at two; at one thread forward about 1,400 cycles a block
 at 3.65 GHz (3,400-3,900 before), backward about 3,600 (5,900-6,200).
 
 The input is the packed (B, L, 3, H, D) projection of ``attention_qkv`` (C-contiguous), D a
