@@ -244,7 +244,10 @@ def test_attention_on_two_threads_equals_one_thread_bit_for_bit(monkeypatch, sha
 # nn.attention_qkv's small-head kernels (one pass per block) against the numpy reference
 # --------------------------------------------------------------------------------------------
 
-HEAD_SHAPES = [(3, 2, 10, 16), (1, 1, 1, 8), (2, 4, 24, 8), (2, 3, 7, 64), (5, 4, 9, 16)]
+# (b, h, L, D): one query; 24 keys (three lane blocks: a product's last 16 columns overlap);
+# 40 wide (the same for the weighted sums); widths of 8 (the products' 8-column tiles)
+HEAD_SHAPES = [(3, 2, 10, 16), (1, 1, 1, 8), (2, 4, 24, 8), (2, 3, 7, 64), (5, 4, 9, 16),
+               (2, 3, 17, 40)]
 
 
 @numba_only

@@ -4,14 +4,23 @@ softmax and weighted sum in one pass while the block is in cache, forward and ba
 For short sequences and narrow heads (a text encoder's 4 heads of 16 over 10 tokens) one
 block's products are 10 x 10 x 16: OpenBLAS's call costs more than its arithmetic, and the
 batched path (``bmm`` and the row passes of ``attention``) makes two calls a block forward and
-five backward. Here a block's keys (transposed) and values are copied once into small
-scratch, and every product runs eight lanes at a time along a contiguous axis: the scores of
-eight keys from one query (keys padded to a multiple of 8 with zeros), or eight columns of a
-weighted sum of rows. The eight sums are written as scalars and packed into vector registers
-by LLVM's SLP vectorizer, which numba leaves off by default and which these kernels compile
-with (as ``conv_blocked``'s); no sum is reordered across lanes, so no fast-math is needed.
-Backward recomputes a row's probabilities and writes the gradients of q, k and v (packed as
-the input is) and of an additive mask.
+five backward. Here a block's queries are copied once, transposed, into small scratch (queries
+padded to lp, a multiple of 8, with zeros), and its scores are kept key by key: a row of lp
+queries per key. Every product is one call of ``_mm``: tiles of four rows by sixteen columns
+along a contiguous axis, 64 running sums (eight chains of multiply-adds in flight, where one
+row of eight sums a query waited on each step's latency). The sums are written as scalars and
+packed into vector registers by LLVM's SLP vectorizer, which numba leaves off by default and
+which these kernels compile with (as ``conv_blocked``'s); no sum is reordered across lanes, so
+no fast-math is needed. With the queries along the lanes, the softmax over keys runs down the
+columns (maxima and sums eight queries at a time, no sum across lanes). Backward recomputes
+the probabilities and writes the gradients of q, k and v (packed as the input is) and of an
+additive mask. The products and the softmax are compiled once each and called at their
+addresses (``twins.call_at``), so the block kernels stay small to compile.
+
+CLIP's text tower's shape, (128, 10, 3, 4, 16) float32 (AMD EPYC Zen 4, 2 cores, side by
+side with the former kernel of one query's eight lanes at a time): forward + backward 1.6-2.0x
+as fast at one thread, 1.4-1.6x at two; at one thread forward about 1,400 cycles a block
+at 3.65 GHz (3,400-3,900 before), backward about 3,600 (5,900-6,200).
 
 The input is the packed (B, L, 3, H, D) projection of ``attention_qkv`` (C-contiguous), D a
 multiple of 8. Sums run in another order than BLAS's: results agree with the batched path to
@@ -33,113 +42,382 @@ from .._backend import np
 from . import jit, numba
 from .chunks import bounds, num_threads
 from .softmax import fexp
-from .twins import call_at, entry
+from .twins import call_at, entry, entry_by
 
 U = np.uint64
 MAX_LEN = 24  # tokens: faster than the batched path up to here (docs/design.md)
 MAX_WIDTH = 64  # a head's width
 
 
-@jit(fastmath={"contract"}, inline="always")
-def _lanes_vm(a, ao, t, to, sp, n, out, oo):  # type: ignore[no-untyped-def]
-    """``out[oo + j] = sum_c a[ao + c] * t[to + c * sp + j]`` for j < sp (a multiple of 8)."""
+@jit(fastmath={"contract"})
+def _mm8(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os):  # type: ignore[no-untyped-def]
+    """``out[oo + r * os + j] = sum_c a[ao + r * ars + c * acs] * t[to + c * ts + j]`` for
+    r < m, c < n and j < w (a multiple of 8): tiles of four rows by eight columns, their 32
+    running sums independent (a sum's chain of multiply-adds waits 4 cycles a step). A last
+    tile of fewer rows repeats its last row (the same sums written twice)."""
     z = out.dtype.type(0)
-    for j0 in range(U(0), U(sp), U(8)):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-        for c in range(U(n)):
-            ac = a[U(ao) + c]
-            tb = U(to) + c * U(sp) + j0
-            a0 += ac * t[tb]
-            a1 += ac * t[tb + U(1)]
-            a2 += ac * t[tb + U(2)]
-            a3 += ac * t[tb + U(3)]
-            a4 += ac * t[tb + U(4)]
-            a5 += ac * t[tb + U(5)]
-            a6 += ac * t[tb + U(6)]
-            a7 += ac * t[tb + U(7)]
-        o = U(oo) + j0
-        out[o] = a0
-        out[o + U(1)] = a1
-        out[o + U(2)] = a2
-        out[o + U(3)] = a3
-        out[o + U(4)] = a4
-        out[o + U(5)] = a5
-        out[o + U(6)] = a6
-        out[o + U(7)] = a7
+    last = U(m - 1)
+    for r0 in range(U(0), U(m), U(4)):
+        p0 = U(ao) + r0 * U(ars)
+        p1 = U(ao) + min(r0 + U(1), last) * U(ars)
+        p2 = U(ao) + min(r0 + U(2), last) * U(ars)
+        p3 = U(ao) + min(r0 + U(3), last) * U(ars)
+        o0 = U(oo) + r0 * U(os)
+        o1 = U(oo) + min(r0 + U(1), last) * U(os)
+        o2 = U(oo) + min(r0 + U(2), last) * U(os)
+        o3 = U(oo) + min(r0 + U(3), last) * U(os)
+        for j0 in range(U(0), U(w), U(8)):
+            a0_0 = a0_1 = a0_2 = a0_3 = a0_4 = a0_5 = a0_6 = a0_7 = z
+            a1_0 = a1_1 = a1_2 = a1_3 = a1_4 = a1_5 = a1_6 = a1_7 = z
+            a2_0 = a2_1 = a2_2 = a2_3 = a2_4 = a2_5 = a2_6 = a2_7 = z
+            a3_0 = a3_1 = a3_2 = a3_3 = a3_4 = a3_5 = a3_6 = a3_7 = z
+            for c in range(U(n)):
+                tb = U(to) + c * U(ts) + j0
+                tv = t[tb : tb + U(8)]
+                t0 = tv[0]
+                t1 = tv[1]
+                t2 = tv[2]
+                t3 = tv[3]
+                t4 = tv[4]
+                t5 = tv[5]
+                t6 = tv[6]
+                t7 = tv[7]
+                cc = c * U(acs)
+                x0 = a[p0 + cc]
+                x1 = a[p1 + cc]
+                x2 = a[p2 + cc]
+                x3 = a[p3 + cc]
+                a0_0 += x0 * t0
+                a0_1 += x0 * t1
+                a0_2 += x0 * t2
+                a0_3 += x0 * t3
+                a0_4 += x0 * t4
+                a0_5 += x0 * t5
+                a0_6 += x0 * t6
+                a0_7 += x0 * t7
+                a1_0 += x1 * t0
+                a1_1 += x1 * t1
+                a1_2 += x1 * t2
+                a1_3 += x1 * t3
+                a1_4 += x1 * t4
+                a1_5 += x1 * t5
+                a1_6 += x1 * t6
+                a1_7 += x1 * t7
+                a2_0 += x2 * t0
+                a2_1 += x2 * t1
+                a2_2 += x2 * t2
+                a2_3 += x2 * t3
+                a2_4 += x2 * t4
+                a2_5 += x2 * t5
+                a2_6 += x2 * t6
+                a2_7 += x2 * t7
+                a3_0 += x3 * t0
+                a3_1 += x3 * t1
+                a3_2 += x3 * t2
+                a3_3 += x3 * t3
+                a3_4 += x3 * t4
+                a3_5 += x3 * t5
+                a3_6 += x3 * t6
+                a3_7 += x3 * t7
+            ov = out[o0 + j0 : o0 + j0 + U(8)]
+            ov[0] = a0_0
+            ov[1] = a0_1
+            ov[2] = a0_2
+            ov[3] = a0_3
+            ov[4] = a0_4
+            ov[5] = a0_5
+            ov[6] = a0_6
+            ov[7] = a0_7
+            ov = out[o1 + j0 : o1 + j0 + U(8)]
+            ov[0] = a1_0
+            ov[1] = a1_1
+            ov[2] = a1_2
+            ov[3] = a1_3
+            ov[4] = a1_4
+            ov[5] = a1_5
+            ov[6] = a1_6
+            ov[7] = a1_7
+            ov = out[o2 + j0 : o2 + j0 + U(8)]
+            ov[0] = a2_0
+            ov[1] = a2_1
+            ov[2] = a2_2
+            ov[3] = a2_3
+            ov[4] = a2_4
+            ov[5] = a2_5
+            ov[6] = a2_6
+            ov[7] = a2_7
+            ov = out[o3 + j0 : o3 + j0 + U(8)]
+            ov[0] = a3_0
+            ov[1] = a3_1
+            ov[2] = a3_2
+            ov[3] = a3_3
+            ov[4] = a3_4
+            ov[5] = a3_5
+            ov[6] = a3_6
+            ov[7] = a3_7
 
 
-@jit(fastmath={"contract"}, inline="always")
-def _lanes_mv(p, po, ps, n, t, to, stride, d, out, oo, scale):  # type: ignore[no-untyped-def]
-    """``out[oo + c] = scale * sum_j p[po + j * ps] * t[to + j * stride + c]`` for c < d (a
-    multiple of 8): a weighted sum of n rows, eight columns at a time in registers."""
+@jit(fastmath={"contract"})
+def _mm(a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os, f8):  # type: ignore[no-untyped-def]
+    """``_mm8``'s product in tiles of four rows by sixteen columns (64 running sums: twice
+    the chains in flight), a last block of columns overlapping the one before when w is an odd
+    multiple of 8; w = 8 by ``_mm8``'s compiled code at ``f8``."""
+    if w < 16:
+        call_at(f8, (a, ao, ars, acs, m, n, t, to, ts, w, out, oo, os))
+        return
     z = out.dtype.type(0)
-    for c0 in range(U(0), U(d), U(8)):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-        for j in range(U(n)):
-            pj = p[U(po) + j * U(ps)]
-            tb = U(to) + j * U(stride) + c0
-            a0 += pj * t[tb]
-            a1 += pj * t[tb + U(1)]
-            a2 += pj * t[tb + U(2)]
-            a3 += pj * t[tb + U(3)]
-            a4 += pj * t[tb + U(4)]
-            a5 += pj * t[tb + U(5)]
-            a6 += pj * t[tb + U(6)]
-            a7 += pj * t[tb + U(7)]
-        o = U(oo) + c0
-        out[o] = a0 * scale
-        out[o + U(1)] = a1 * scale
-        out[o + U(2)] = a2 * scale
-        out[o + U(3)] = a3 * scale
-        out[o + U(4)] = a4 * scale
-        out[o + U(5)] = a5 * scale
-        out[o + U(6)] = a6 * scale
-        out[o + U(7)] = a7 * scale
+    last = U(m - 1)
+    for r0 in range(U(0), U(m), U(4)):
+        p0 = U(ao) + r0 * U(ars)
+        p1 = U(ao) + min(r0 + U(1), last) * U(ars)
+        p2 = U(ao) + min(r0 + U(2), last) * U(ars)
+        p3 = U(ao) + min(r0 + U(3), last) * U(ars)
+        o0 = U(oo) + r0 * U(os)
+        o1 = U(oo) + min(r0 + U(1), last) * U(os)
+        o2 = U(oo) + min(r0 + U(2), last) * U(os)
+        o3 = U(oo) + min(r0 + U(3), last) * U(os)
+        for j in range(U(0), U(w), U(16)):
+            j0 = min(j, U(w - 16))
+            a0_0 = a0_1 = a0_2 = a0_3 = a0_4 = a0_5 = a0_6 = a0_7 = z
+            a0_8 = a0_9 = a0_10 = a0_11 = a0_12 = a0_13 = a0_14 = a0_15 = z
+            a1_0 = a1_1 = a1_2 = a1_3 = a1_4 = a1_5 = a1_6 = a1_7 = z
+            a1_8 = a1_9 = a1_10 = a1_11 = a1_12 = a1_13 = a1_14 = a1_15 = z
+            a2_0 = a2_1 = a2_2 = a2_3 = a2_4 = a2_5 = a2_6 = a2_7 = z
+            a2_8 = a2_9 = a2_10 = a2_11 = a2_12 = a2_13 = a2_14 = a2_15 = z
+            a3_0 = a3_1 = a3_2 = a3_3 = a3_4 = a3_5 = a3_6 = a3_7 = z
+            a3_8 = a3_9 = a3_10 = a3_11 = a3_12 = a3_13 = a3_14 = a3_15 = z
+            for c in range(U(n)):
+                tb = U(to) + c * U(ts) + j0
+                tv = t[tb : tb + U(16)]
+                t0 = tv[0]
+                t1 = tv[1]
+                t2 = tv[2]
+                t3 = tv[3]
+                t4 = tv[4]
+                t5 = tv[5]
+                t6 = tv[6]
+                t7 = tv[7]
+                t8 = tv[8]
+                t9 = tv[9]
+                t10 = tv[10]
+                t11 = tv[11]
+                t12 = tv[12]
+                t13 = tv[13]
+                t14 = tv[14]
+                t15 = tv[15]
+                cc = c * U(acs)
+                x0 = a[p0 + cc]
+                x1 = a[p1 + cc]
+                x2 = a[p2 + cc]
+                x3 = a[p3 + cc]
+                a0_0 += x0 * t0
+                a0_1 += x0 * t1
+                a0_2 += x0 * t2
+                a0_3 += x0 * t3
+                a0_4 += x0 * t4
+                a0_5 += x0 * t5
+                a0_6 += x0 * t6
+                a0_7 += x0 * t7
+                a0_8 += x0 * t8
+                a0_9 += x0 * t9
+                a0_10 += x0 * t10
+                a0_11 += x0 * t11
+                a0_12 += x0 * t12
+                a0_13 += x0 * t13
+                a0_14 += x0 * t14
+                a0_15 += x0 * t15
+                a1_0 += x1 * t0
+                a1_1 += x1 * t1
+                a1_2 += x1 * t2
+                a1_3 += x1 * t3
+                a1_4 += x1 * t4
+                a1_5 += x1 * t5
+                a1_6 += x1 * t6
+                a1_7 += x1 * t7
+                a1_8 += x1 * t8
+                a1_9 += x1 * t9
+                a1_10 += x1 * t10
+                a1_11 += x1 * t11
+                a1_12 += x1 * t12
+                a1_13 += x1 * t13
+                a1_14 += x1 * t14
+                a1_15 += x1 * t15
+                a2_0 += x2 * t0
+                a2_1 += x2 * t1
+                a2_2 += x2 * t2
+                a2_3 += x2 * t3
+                a2_4 += x2 * t4
+                a2_5 += x2 * t5
+                a2_6 += x2 * t6
+                a2_7 += x2 * t7
+                a2_8 += x2 * t8
+                a2_9 += x2 * t9
+                a2_10 += x2 * t10
+                a2_11 += x2 * t11
+                a2_12 += x2 * t12
+                a2_13 += x2 * t13
+                a2_14 += x2 * t14
+                a2_15 += x2 * t15
+                a3_0 += x3 * t0
+                a3_1 += x3 * t1
+                a3_2 += x3 * t2
+                a3_3 += x3 * t3
+                a3_4 += x3 * t4
+                a3_5 += x3 * t5
+                a3_6 += x3 * t6
+                a3_7 += x3 * t7
+                a3_8 += x3 * t8
+                a3_9 += x3 * t9
+                a3_10 += x3 * t10
+                a3_11 += x3 * t11
+                a3_12 += x3 * t12
+                a3_13 += x3 * t13
+                a3_14 += x3 * t14
+                a3_15 += x3 * t15
+            ov = out[o0 + j0 : o0 + j0 + U(16)]
+            ov[0] = a0_0
+            ov[1] = a0_1
+            ov[2] = a0_2
+            ov[3] = a0_3
+            ov[4] = a0_4
+            ov[5] = a0_5
+            ov[6] = a0_6
+            ov[7] = a0_7
+            ov[8] = a0_8
+            ov[9] = a0_9
+            ov[10] = a0_10
+            ov[11] = a0_11
+            ov[12] = a0_12
+            ov[13] = a0_13
+            ov[14] = a0_14
+            ov[15] = a0_15
+            ov = out[o1 + j0 : o1 + j0 + U(16)]
+            ov[0] = a1_0
+            ov[1] = a1_1
+            ov[2] = a1_2
+            ov[3] = a1_3
+            ov[4] = a1_4
+            ov[5] = a1_5
+            ov[6] = a1_6
+            ov[7] = a1_7
+            ov[8] = a1_8
+            ov[9] = a1_9
+            ov[10] = a1_10
+            ov[11] = a1_11
+            ov[12] = a1_12
+            ov[13] = a1_13
+            ov[14] = a1_14
+            ov[15] = a1_15
+            ov = out[o2 + j0 : o2 + j0 + U(16)]
+            ov[0] = a2_0
+            ov[1] = a2_1
+            ov[2] = a2_2
+            ov[3] = a2_3
+            ov[4] = a2_4
+            ov[5] = a2_5
+            ov[6] = a2_6
+            ov[7] = a2_7
+            ov[8] = a2_8
+            ov[9] = a2_9
+            ov[10] = a2_10
+            ov[11] = a2_11
+            ov[12] = a2_12
+            ov[13] = a2_13
+            ov[14] = a2_14
+            ov[15] = a2_15
+            ov = out[o3 + j0 : o3 + j0 + U(16)]
+            ov[0] = a3_0
+            ov[1] = a3_1
+            ov[2] = a3_2
+            ov[3] = a3_3
+            ov[4] = a3_4
+            ov[5] = a3_5
+            ov[6] = a3_6
+            ov[7] = a3_7
+            ov[8] = a3_8
+            ov[9] = a3_9
+            ov[10] = a3_10
+            ov[11] = a3_11
+            ov[12] = a3_12
+            ov[13] = a3_13
+            ov[14] = a3_14
+            ov[15] = a3_15
 
 
-@jit(fastmath={"contract"}, inline="always")
-def _softmax(s, n, mf, ms, mb, scale):  # type: ignore[no-untyped-def]
-    """``s = exp(s * scale + mask - max)`` in place over the row's n scores, 0 on the padding
-    up to s.size (a multiple of 8); returns 1 / the sum (0 for a fully masked row). Eight lanes
-    at a time."""
+@jit(fastmath={"contract"})
+def _softmax_cols(s, n, lp, mf, ms, mb):  # type: ignore[no-untyped-def]
+    """The softmax over the keys of (n keys x lp queries) scaled scores ``s``, in place and
+    normalised (0 where a query's keys are all masked), ``mf[mb + i * ms[2] + j * ms[3]]``
+    added to query i's score of key j: down the columns, eight queries at a time (no sum
+    across lanes). Compiled once for the forward and backward kernels, called at an address
+    (``_fwd_blocks``' ``fc``)."""
     dt = s.dtype.type
     zero = dt(0)
-    sp = s.size
+    lo = dt(-3.4028234663852886e38)  # float32's lowest: a row of -inf gives exp(-inf) = 0
     if mf is not None:
         for j in range(n):
-            s[j] = s[j] * scale + mf[mb + j * ms[3]]
-    else:
-        for j in range(n):
-            s[j] *= scale
-    for j in range(n, sp):
-        s[j] = -np.inf  # exp gives 0
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = dt(-np.inf)
-    for j0 in range(U(0), U(sp), U(8)):
-        m0 = max(m0, s[j0])
-        m1 = max(m1, s[j0 + U(1)])
-        m2 = max(m2, s[j0 + U(2)])
-        m3 = max(m3, s[j0 + U(3)])
-        m4 = max(m4, s[j0 + U(4)])
-        m5 = max(m5, s[j0 + U(5)])
-        m6 = max(m6, s[j0 + U(6)])
-        m7 = max(m7, s[j0 + U(7)])
-    m = max(m0, m1, m2, m3, m4, m5, m6, m7)
-    if not np.isfinite(m):
-        m = zero
-    for j in range(U(sp)):  # one loop the vectorizer takes whole (the padding gives 0)
-        s[j] = fexp(s[j] - m)
-    t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = zero
-    for j0 in range(U(0), U(sp), U(8)):
-        t0 += s[j0]
-        t1 += s[j0 + U(1)]
-        t2 += s[j0 + U(2)]
-        t3 += s[j0 + U(3)]
-        t4 += s[j0 + U(4)]
-        t5 += s[j0 + U(5)]
-        t6 += s[j0 + U(6)]
-        t7 += s[j0 + U(7)]
-    tot = ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7))
-    return dt(1) / tot if tot > zero else zero
+            mj = mb + j * ms[3]
+            if ms[2] == 0:  # a key's mask the same for every query (padding): a vector add
+                v = mf[mj]
+                for i in range(lp):
+                    s[j * lp + i] += v
+            else:
+                for i in range(n):
+                    s[j * lp + i] += mf[mj + i * ms[2]]
+    for i0 in range(U(0), U(lp), U(8)):
+        m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = lo
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            m0 = max(m0, s[o])
+            m1 = max(m1, s[o + U(1)])
+            m2 = max(m2, s[o + U(2)])
+            m3 = max(m3, s[o + U(3)])
+            m4 = max(m4, s[o + U(4)])
+            m5 = max(m5, s[o + U(5)])
+            m6 = max(m6, s[o + U(6)])
+            m7 = max(m7, s[o + U(7)])
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            s[o] -= m0
+            s[o + U(1)] -= m1
+            s[o + U(2)] -= m2
+            s[o + U(3)] -= m3
+            s[o + U(4)] -= m4
+            s[o + U(5)] -= m5
+            s[o + U(6)] -= m6
+            s[o + U(7)] -= m7
+    for k in range(U(n * lp)):  # one loop the vectorizer takes whole
+        s[k] = fexp(s[k])
+    for i0 in range(U(0), U(lp), U(8)):
+        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = zero
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            t0 += s[o]
+            t1 += s[o + U(1)]
+            t2 += s[o + U(2)]
+            t3 += s[o + U(3)]
+            t4 += s[o + U(4)]
+            t5 += s[o + U(5)]
+            t6 += s[o + U(6)]
+            t7 += s[o + U(7)]
+        t0 = dt(1) / t0 if t0 > zero else zero
+        t1 = dt(1) / t1 if t1 > zero else zero
+        t2 = dt(1) / t2 if t2 > zero else zero
+        t3 = dt(1) / t3 if t3 > zero else zero
+        t4 = dt(1) / t4 if t4 > zero else zero
+        t5 = dt(1) / t5 if t5 > zero else zero
+        t6 = dt(1) / t6 if t6 > zero else zero
+        t7 = dt(1) / t7 if t7 > zero else zero
+        for j in range(U(n)):
+            o = j * U(lp) + i0
+            s[o] *= t0
+            s[o + U(1)] *= t1
+            s[o + U(2)] *= t2
+            s[o + U(3)] *= t3
+            s[o + U(4)] *= t4
+            s[o + U(5)] *= t5
+            s[o + U(6)] *= t6
+            s[o + U(7)] *= t7
 
 
 @jit(fastmath={"contract"}, inline="always")
@@ -162,93 +440,107 @@ def _lanes_dot(a, ao, b, bo, d):  # type: ignore[no-untyped-def]
 
 
 @jit(fastmath={"contract"}, inline="always")
-def _load(xf, base, row, kd, n_l, d, sp, kt, vt):  # type: ignore[no-untyped-def]
-    """A block's keys into ``kt`` (d x sp) and, when ``vt`` is given, its values into ``vt``
-    (d x sp), both transposed; the padding columns stay zero."""
-    for j in range(n_l):
-        kj = base + j * row + kd
-        for c in range(d):
-            kt[c * sp + j] = xf[kj + c]
-        if vt is not None:
-            for c in range(d):
-                vt[c * sp + j] = xf[kj + kd + c]
+def _load(src, so, ss, n_l, d, lp, dst, f):  # type: ignore[no-untyped-def]
+    """The n_l rows of d at ``src[so + i * ss]`` times ``f`` into ``dst`` (d x lp),
+    transposed; the padding columns stay zero. Written out eight a step: as a loop over c,
+    LLVM vectorized the strided stores' addresses and stored lane by lane, at about twice the
+    time."""
+    for i in range(U(n_l)):
+        r = U(so) + i * U(ss)
+        for c0 in range(U(0), U(d), U(8)):
+            o = c0 * U(lp) + i
+            q = r + c0
+            dst[o] = src[q] * f
+            o += U(lp)
+            dst[o] = src[q + U(1)] * f
+            o += U(lp)
+            dst[o] = src[q + U(2)] * f
+            o += U(lp)
+            dst[o] = src[q + U(3)] * f
+            o += U(lp)
+            dst[o] = src[q + U(4)] * f
+            o += U(lp)
+            dst[o] = src[q + U(5)] * f
+            o += U(lp)
+            dst[o] = src[q + U(6)] * f
+            o += U(lp)
+            dst[o] = src[q + U(7)] * f
 
 
 @jit(fastmath={"contract"})
-def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1):  # type: ignore[no-untyped-def]
-    """Blocks r0 to r1 (flat, b * n_h + h) of the output (B, L, H, D), flat in ``of``."""
-    sp = (n_l + 7) // 8 * 8
+def _fwd_blocks(xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fc, fm, f8):  # type: ignore[no-untyped-def]
+    """Blocks r0 to r1 (flat, b * n_h + h) of the output (B, L, H, D), flat in ``of``; the
+    products by ``_mm``'s compiled code at ``fm``: a block's scores, key by key (rows of lp
+    queries), their softmax by ``_softmax_cols`` at ``fc``, then the weighted sums of the
+    values."""
+    lp = (n_l + 7) // 8 * 8
     dt = xf.dtype
-    kt = np.zeros(d * sp, dt)
-    s = np.zeros(sp, dt)
+    qt = np.zeros(d * lp, dt)
+    s = np.zeros(n_l * lp, dt)
     row = 3 * n_h * d  # from one token's q (k, v) to the next's
     kd = n_h * d  # from a token's q to its k, and from its k to its v
     for bh in range(r0, r1):
         b = bh // n_h
         h = bh - b * n_h
         base = b * n_l * row + h * d
-        _load(xf, base, row, kd, n_l, d, sp, kt, None)
-        for i in range(n_l):
-            _lanes_vm(xf, base + i * row, kt, 0, sp, d, s, 0)
-            mb = 0 if mf is None else b * ms[0] + h * ms[1] + i * ms[2]
-            inv = _softmax(s, n_l, mf, ms, mb, scale)
-            _lanes_mv(s, 0, 1, n_l, xf, base + 2 * kd, row, d, of, ((b * n_l + i) * n_h + h) * d, inv)
+        _load(xf, base, row, n_l, d, lp, qt, scale)
+        call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, s, 0, lp, f8))
+        mb = 0 if mf is None else b * ms[0] + h * ms[1]
+        call_at(fc, (s, n_l, lp, mf, ms, mb))
+        call_at(fm, (s, 0, 1, lp, n_l, n_l, xf, base + 2 * kd, row, d, of,
+                     (b * n_l * n_h + h) * d, n_h * d, f8))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fp):  # type: ignore[no-untyped-def]
+def _fwd_par(xf, n_l, n_h, d, mf, ms, scale, of, n, fc, fm, f8, fp):  # type: ignore[no-untyped-def]
     """``_fwd_blocks`` in chunks of blocks, one per thread, each a call of its compiled code at
     ``fp`` (``twins.entry``): a call by name would link its IR into this twin and
     optimise it again (1.5 CPU s to compile, ``_bwd_par`` 2.9)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1))
+        call_at(fp, (xf, n_l, n_h, d, mf, ms, scale, of, r0, r1, fc, fm, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
+def _bwd_sums(xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm, f8):  # type: ignore[no-untyped-def]
     """One block's q, k and v gradients in ``dxf`` from its score gradients ``sb`` and
-    probabilities ``pb`` (rows of sp): dq_i = ds_i K, dk_j = sum_i ds_ij q_i, dv_j = sum_i p_ij
-    g_i, a weighted sum of rows each (one copy of its code: each copy inlined was compile time)."""
-    sp = (n_l + 7) // 8 * 8
+    probabilities ``pb`` (n_l keys x lp queries), by ``_mm`` at ``fm``: dQ = dS K,
+    dK = dS^T Q, dV = P^T G."""
+    lp = (n_l + 7) // 8 * 8
     kd = row // 3
-    one = xf.dtype.type(1)
-    for t in range(3 * n_l):
-        if t < n_l:  # dq_t
-            w, po, ps, rows, to, st, oo = sb, t * sp, 1, xf, base + kd, row, base + t * row
-        else:  # dk_j, then dv_j
-            j, v = divmod(t - n_l, 2)
-            w, po, ps, rows = pb if v else sb, j, sp, gf if v else xf
-            to, st, oo = gbase if v else base, grow if v else row, base + j * row + kd + v * kd
-        _lanes_mv(w, po, ps, n_l, rows, to, st, d, dxf, oo, one)
+    call_at(fm, (sb, 0, 1, lp, n_l, n_l, xf, base + kd, row, d, dxf, base, row, f8))
+    call_at(fm, (sb, 0, lp, 1, n_l, n_l, xf, base, row, d, dxf, base + kd, row, f8))
+    call_at(fm, (pb, 0, lp, 1, n_l, n_l, gf, gbase, grow, d, dxf, base + 2 * kd, row, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_scores(xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d):  # type: ignore[no-untyped-def]
-    """One block's keys and values into ``kt`` and ``vt`` (transposed), its scores q_i K^T
-    into the rows of ``pb`` and dp = g_i V^T into those of ``sb`` (rows of sp)."""
-    sp = (n_l + 7) // 8 * 8
+def _bwd_scores(xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm, f8):  # type: ignore[no-untyped-def]
+    """One block's queries and output gradients into ``qt`` and ``gt`` (transposed), its
+    scaled scores K Q^T into ``pb`` and dP^T = V G^T into ``sb`` (rows of lp), by ``_mm`` at
+    ``fm``."""
+    lp = (n_l + 7) // 8 * 8
     kd = row // 3
-    _load(xf, base, row, kd, n_l, d, sp, kt, vt)
-    for t in range(2 * n_l):
-        i, v = divmod(t, 2)
-        _lanes_vm(gf if v else xf, gbase + i * grow if v else base + i * row, vt if v else kt, 0,
-                  sp, d, sb if v else pb, i * sp)
+    _load(xf, base, row, n_l, d, lp, qt, scale)
+    _load(gf, gbase, grow, n_l, d, lp, gt, xf.dtype.type(1))
+    call_at(fm, (xf, base + kd, row, 1, n_l, d, qt, 0, lp, lp, pb, 0, lp, f8))
+    call_at(fm, (xf, base + 2 * kd, row, 1, n_l, d, gt, 0, lp, lp, sb, 0, lp, f8))
 
 
 @jit(fastmath={"contract"})
-def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs):  # type: ignore[no-untyped-def]
+def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fc, fq, fs, fm, f8):  # type: ignore[no-untyped-def]
     """Blocks r0 to r1 of the packed gradient ``dxf`` (B, L, 3, H, D), given the output
     gradient ``gf`` and output ``of`` (B, L, H, D); ``dmf`` (B, H, L, L) or None. A block's
     products run in ``_bwd_scores`` and ``_bwd_sums``, their compiled code at ``fq`` and ``fs``
-    (``twins.entry``): compiled into this kernel, the three took 2.5 CPU s."""
-    sp = (n_l + 7) // 8 * 8
+    (``twins.entry``; compiled into this kernel, the three took 2.5 CPU s), its softmax at
+    ``fc``."""
+    lp = (n_l + 7) // 8 * 8
     dt = xf.dtype
-    kt = np.zeros(d * sp, dt)
-    vt = np.zeros(d * sp, dt)
-    pb = np.zeros(n_l * sp, dt)  # the block's probabilities, a row of sp per query
-    sb = np.zeros(n_l * sp, dt)  # and its scores' gradients
+    qt = np.zeros(d * lp, dt)
+    gt = np.zeros(d * lp, dt)
+    pb = np.zeros(n_l * lp, dt)  # the block's probabilities, a row of lp queries per key
+    sb = np.zeros(n_l * lp, dt)  # and its scores' gradients
+    ci = np.zeros(lp, dt)
     row = 3 * n_h * d
     grow = n_h * d  # from one token's output (gradient) row to the next's
     for bh in range(r0, r1):
@@ -256,33 +548,30 @@ def _bwd_blocks(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs
         h = bh - b * n_h
         base = b * n_l * row + h * d
         gbase = b * n_l * grow + h * d
-        call_at(fq, (xf, gf, kt, vt, pb, sb, base, gbase, row, grow, n_l, d))
+        call_at(fq, (xf, gf, qt, gt, pb, sb, base, gbase, row, grow, n_l, d, scale, fm, f8))
+        mb = 0 if mf is None else b * ms[0] + h * ms[1]
+        call_at(fc, (pb, n_l, lp, mf, ms, mb))
         for i in range(n_l):
             go = gbase + i * grow
-            p = pb[i * sp : (i + 1) * sp]
-            ds = sb[i * sp : (i + 1) * sp]
-            mb = 0 if mf is None else b * ms[0] + h * ms[1] + i * ms[2]
-            inv = _softmax(p, n_l, mf, ms, mb, scale)
-            ci = _lanes_dot(gf, go, of, go, d)
-            mo = ((b * n_h + h) * n_l + i) * n_l
-            for j in range(n_l):
-                pj = p[j] * inv
-                p[j] = pj
-                e = pj * (ds[j] - ci)
+            ci[i] = _lanes_dot(gf, go, of, go, d)
+        mo = (b * n_h + h) * n_l * n_l
+        for j in range(n_l):
+            for i in range(n_l):
+                e = pb[j * lp + i] * (sb[j * lp + i] - ci[i])
                 if dmf is not None:
-                    dmf[mo + j] = e
-                ds[j] = e * scale
-        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d))
+                    dmf[mo + i * n_l + j] = e
+                sb[j * lp + i] = e * scale
+        call_at(fs, (xf, gf, sb, pb, dxf, base, gbase, row, grow, n_l, d, fm, f8))
 
 
 @jit(parallel=True, fastmath={"contract"})
-def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fq, fs, fp):  # type: ignore[no-untyped-def]
+def _bwd_par(xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, n, fc, fq, fs, fm, f8, fp):  # type: ignore[no-untyped-def]
     """``_bwd_blocks`` in chunks of blocks, through its compiled code at ``fp`` (as
     ``_fwd_par``)."""
     p = num_threads()
     for t in prange(p):
         r0, r1 = bounds(n, p, t, 1)
-        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fq, fs))
+        call_at(fp, (xf, gf, of, n_l, n_h, d, mf, ms, scale, dxf, dmf, r0, r1, fc, fq, fs, fm, f8))
 
 
 _lock = threading.Lock()
@@ -346,26 +635,39 @@ def forward(x: Any, mask: Any, scale: float) -> Any:
     args = (x.reshape(-1), n_l, n_h, d, mf, ms, sc, out.reshape(-1))
     par = _parallel(x)
     with _slp(("fwd", x.dtype.char, mf is None, par)):
+        fms = (_cols(x.dtype, mf, ms), *_parts(x.dtype)[2:])
         if par:
-            _fwd_par(*args, n_b * n_h, entry(_fwd_blocks, *args, 0, 0))
+            _fwd_par(*args, n_b * n_h, *fms, entry(_fwd_blocks, *args, 0, 0, *fms))
         else:
-            _fwd_blocks(*args, 0, n_b * n_h)
+            _fwd_blocks(*args, 0, n_b * n_h, *fms)
     return out.transpose(0, 2, 1, 3)
 
 
-_PARTS: dict[str, tuple[int, int]] = {}
+_PARTS: dict[str, tuple[int, int, int, int]] = {}
 
 
-def _parts(dt: Any) -> tuple[int, int]:
-    """The addresses of ``_bwd_scores``' and ``_bwd_sums``' compiled code for dtype ``dt``
-    (``twins.entry``, by calls over no rows), kept by dtype: their arguments are flat arrays of
-    the input's dtype and int64s."""
+def _parts(dt: Any) -> tuple[int, int, int, int]:
+    """The addresses of ``_bwd_scores``', ``_bwd_sums``', ``_mm``'s and ``_mm8``'s compiled
+    code for dtype ``dt`` (``twins.entry``, by calls over no rows), kept by dtype: their
+    arguments are flat arrays of the input's dtype, int64s and a scalar of that dtype."""
     fps = _PARTS.get(dt.char)
     if fps is None:
         z = np.zeros(0, dt)
-        fps = _PARTS[dt.char] = (entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0),
-                                 entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0))
+        f8 = entry(_mm8, z, 0, 0, 0, 0, 0, z, 0, 0, 16, z, 0, 0)
+        fm = entry(_mm, z, 0, 0, 0, 0, 0, z, 0, 0, 16, z, 0, 0, f8)  # products of none
+        fps = _PARTS[dt.char] = (
+            entry(_bwd_scores, z, z, z, z, z, z, 0, 0, 0, 0, 0, 0, dt.type(1), fm, f8),
+            entry(_bwd_sums, z, z, z, z, z, 0, 0, 0, 0, 0, 0, fm, f8),
+            fm,
+            f8,
+        )
     return fps
+
+
+def _cols(dt: Any, mf: Any, ms: Any) -> int:
+    """The address of ``_softmax_cols``' compiled code for dtype ``dt``, with a mask or not."""
+    z = np.zeros(0, dt)
+    return entry_by(("cols", dt.char, mf is None), _softmax_cols, z, 0, 0, mf, ms, 0)
 
 
 def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> Any:
@@ -383,7 +685,7 @@ def backward(x: Any, g: Any, out: Any, mask: Any, scale: float, dmask: Any) -> A
             dx.reshape(-1), dm)
     par = _parallel(x)
     with _slp(("bwd", x.dtype.char, mf is None, dm is None, par)):
-        fqs = _parts(x.dtype)
+        fqs = (_cols(x.dtype, mf, ms), *_parts(x.dtype))
         if par:
             _bwd_par(*args, n_b * n_h, *fqs, entry(_bwd_blocks, *args, 0, 0, *fqs))
         else:
