@@ -324,6 +324,46 @@ def test_blocked_twins_give_the_serial_result_at_every_thread_count(monkeypatch,
 
 
 @numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("c", "h", "w", "pt", "pl", "hp", "wp"), [
+    (16, 8, 8, 1, 1, 10, 10), (32, 8, 8, 0, 0, 8, 8), (3, 7, 5, 2, 1, 10, 6),
+    (48, 9, 17, 1, 2, 11, 20), (16, 8, 8, 1, 1, 9, 9), (17, 16, 24, 0, 3, 15, 26)])
+def test_blocked_sample_copy_equals_the_scalar_channels_last_copy(dtype, c, h, w, pt, pl, hp, wp):
+    """conv_blocked._nhwc1 (whole tiles transposed in registers, the rest scalar) writes what
+    conv_gemm._nhwc_k does: padding zeros, partial tiles, rows and columns cut off."""
+    from tapegrad._kernels import conv_blocked, conv_gemm  # noqa: PLC0415
+
+    x = np.random.default_rng(1).standard_normal((1, c, h, w)).astype(dtype)
+    got, want = np.full((1, hp, wp, c), 7, dtype), np.full((1, hp, wp, c), 9, dtype)
+    conv_blocked._nhwc1(x, got, pt, pl)
+    conv_gemm._nhwc_k(x, want.reshape(1, 1, hp, wp, c), pt, pl, 0, 1)
+    np.testing.assert_array_equal(got, want)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_transposing_store_puts_each_pixel_and_channel_in_its_plane(dtype):
+    """block_put_t stores a block of k pixels (1 .. OB, powers of two) by OB channels to
+    channel-first planes ``stride`` apart, touching nothing else."""
+    import numba  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+
+    for k in (1, 2, 4, 8, 16):
+        rows = ", ".join(f"row_load(a, np.uint64({i * cb.OB}))" for i in range(k))
+        ns = {"row_load": cb.row_load, "block_put_t": cb.block_put_t, "np": np}
+        exec(f"def put(a, out, stride):\n    block_put_t(out, np.uint64(3), np.uint64(stride), "  # noqa: S102
+             f"({rows},))", ns)
+        a = np.arange(k * cb.OB, dtype=dtype)
+        got = np.full(cb.OB * 37 + 20, -1, dtype)
+        numba.njit(ns["put"])(a, got, 37)
+        want = np.full_like(got, -1)
+        for i in range(k):
+            want[3 + i + 37 * np.arange(cb.OB)] = a[i * cb.OB:(i + 1) * cb.OB]
+        np.testing.assert_array_equal(got, want, err_msg=f"{k} pixels")
+
+
+@numba_only
 def test_blocked_passes_run_channel_first_on_unpadded_unit_stride_rows():
     from tapegrad._kernels import conv_blocked  # noqa: PLC0415
 
