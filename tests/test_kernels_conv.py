@@ -635,7 +635,7 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(11)
     geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
@@ -664,14 +664,18 @@ def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
     _only_3x3_stride_1_single_group(CT._fused, geom, x, (64, 32, 3, 3))
 
 
-def test_fused_input_gradient_is_preferred_from_32_input_channels():
+def test_fused_kernels_are_preferred_from_32_input_channels():
     x = np.zeros((2, 16, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
-    # CLIP's 16 -> 32: the blocked kernels' input gradient is the hand thresholds' choice
-    assert not CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "input_grad")
-    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "conv")
-    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "weight_grad")
-    assert CT.fused_prefer(geom, 1, (16, 32, 3, 3), (), "input_grad")
+    # CLIP's 16 -> 32: the blocked kernels are the hand thresholds' choice for every pass
+    for p in ("conv", "input_grad", "weight_grad"):
+        assert not CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), p)
+        assert CT.fused_prefer(geom, 1, (16, 32, 3, 3), (), p)
+    if _kernels.numba() is not None:
+        for op, p in CT.PASSES.items():
+            got = [n for n in CT.STRATEGIES
+                   if CT.predicates(n)[1](geom, 1, (32, 16, 3, 3), (x, x), p)]
+            assert got[0] == "blocked", (op, got)
 
 
 @numba_only
@@ -699,7 +703,7 @@ def test_weight_permutes_equal_numpys_transposes(monkeypatch, parallel, dtype):
 @numba_only
 def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     geom, x, w, g = _strided_case(np.random.default_rng(12), 16, 32)
     assert CT._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
@@ -710,7 +714,7 @@ def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
 def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o,
                                                                         p):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(13)
     x = rng.standard_normal(shape)
