@@ -324,6 +324,46 @@ def test_blocked_twins_give_the_serial_result_at_every_thread_count(monkeypatch,
 
 
 @numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("c", "h", "w", "pt", "pl", "hp", "wp"), [
+    (16, 8, 8, 1, 1, 10, 10), (32, 8, 8, 0, 0, 8, 8), (3, 7, 5, 2, 1, 10, 6),
+    (48, 9, 17, 1, 2, 11, 20), (16, 8, 8, 1, 1, 9, 9), (17, 16, 24, 0, 3, 15, 26)])
+def test_blocked_sample_copy_equals_the_scalar_channels_last_copy(dtype, c, h, w, pt, pl, hp, wp):
+    """conv_blocked._nhwc1 (whole tiles transposed in registers, the rest scalar) writes what
+    conv_gemm._nhwc_k does: padding zeros, partial tiles, rows and columns cut off."""
+    from tapegrad._kernels import conv_blocked, conv_gemm  # noqa: PLC0415
+
+    x = np.random.default_rng(1).standard_normal((1, c, h, w)).astype(dtype)
+    got, want = np.full((1, hp, wp, c), 7, dtype), np.full((1, hp, wp, c), 9, dtype)
+    conv_blocked._nhwc1(x, got, pt, pl)
+    conv_gemm._nhwc_k(x, want.reshape(1, 1, hp, wp, c), pt, pl, 0, 1)
+    np.testing.assert_array_equal(got, want)
+
+
+@numba_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_transposing_store_puts_each_pixel_and_channel_in_its_plane(dtype):
+    """block_put_t stores a block of k pixels (1 .. OB, powers of two) by OB channels to
+    channel-first planes ``stride`` apart, touching nothing else."""
+    import numba  # noqa: PLC0415
+
+    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+
+    for k in (1, 2, 4, 8, 16):
+        rows = ", ".join(f"row_load(a, np.uint64({i * cb.OB}))" for i in range(k))
+        ns = {"row_load": cb.row_load, "block_put_t": cb.block_put_t, "np": np}
+        exec(f"def put(a, out, stride):\n    block_put_t(out, np.uint64(3), np.uint64(stride), "  # noqa: S102
+             f"({rows},))", ns)
+        a = np.arange(k * cb.OB, dtype=dtype)
+        got = np.full(cb.OB * 37 + 20, -1, dtype)
+        numba.njit(ns["put"])(a, got, 37)
+        want = np.full_like(got, -1)
+        for i in range(k):
+            want[3 + i + 37 * np.arange(cb.OB)] = a[i * cb.OB:(i + 1) * cb.OB]
+        np.testing.assert_array_equal(got, want, err_msg=f"{k} pixels")
+
+
+@numba_only
 def test_blocked_passes_run_channel_first_on_unpadded_unit_stride_rows():
     from tapegrad._kernels import conv_blocked  # noqa: PLC0415
 
@@ -595,7 +635,7 @@ def test_fused_winograd_kernel_equals_the_numpy_reference(monkeypatch, shape, o,
 
     monkeypatch.setattr(conv_blocked, "PARALLEL_MIN", 0 if parallel else 1 << 62)
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(11)
     geom, x, w, g = _conv_case(rng, shape, o, (3, 3), (1, 1), pad, (1, 1), dtype)
@@ -624,14 +664,18 @@ def test_fused_winograd_takes_3x3_stride_1_layers_with_whole_blocks():
     _only_3x3_stride_1_single_group(CT._fused, geom, x, (64, 32, 3, 3))
 
 
-def test_fused_input_gradient_is_preferred_from_32_input_channels():
+def test_fused_kernels_are_preferred_from_32_input_channels():
     x = np.zeros((2, 16, 8, 8), np.float32)
     geom = _geom(x.shape, (3, 3), ((1, 1), (1, 1)), (1, 1))
-    # CLIP's 16 -> 32: the blocked kernels' input gradient is the hand thresholds' choice
-    assert not CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "input_grad")
-    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "conv")
-    assert CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), "weight_grad")
-    assert CT.fused_prefer(geom, 1, (16, 32, 3, 3), (), "input_grad")
+    # CLIP's 16 -> 32: the blocked kernels are the hand thresholds' choice for every pass
+    for p in ("conv", "input_grad", "weight_grad"):
+        assert not CT.fused_prefer(geom, 1, (32, 16, 3, 3), (), p)
+        assert CT.fused_prefer(geom, 1, (16, 32, 3, 3), (), p)
+    if _kernels.numba() is not None:
+        for op, p in CT.PASSES.items():
+            got = [n for n in CT.STRATEGIES
+                   if CT.predicates(n)[1](geom, 1, (32, 16, 3, 3), (x, x), p)]
+            assert got[0] == "blocked", (op, got)
 
 
 @numba_only
@@ -659,7 +703,7 @@ def test_weight_permutes_equal_numpys_transposes(monkeypatch, parallel, dtype):
 @numba_only
 def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     geom, x, w, g = _strided_case(np.random.default_rng(12), 16, 32)
     assert CT._fused(geom, 1, w.shape, g, w, input_grad=True) is not None
@@ -670,7 +714,7 @@ def test_fused_winograd_reads_non_contiguous_inputs(monkeypatch):
 def test_fused_winograd_conv2d_matches_torch_to_second_order_in_float64(monkeypatch, shape, o,
                                                                         p):
     monkeypatch.setattr(CT, "FUSED_CHANNELS", 1)
-    monkeypatch.setattr(CT, "FUSED_INPUT_GRAD_MADE", 1)
+    monkeypatch.setattr(CT, "FUSED_PREFER_CHANNELS", 1)
     monkeypatch.setattr(CT, "DIRECT_MAX", 0)
     rng = np.random.default_rng(13)
     x = rng.standard_normal(shape)

@@ -334,21 +334,24 @@ def fused_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool
                   weight_grad=p == "weight_grad") is not None
 
 
-# Input channels (the ones it makes) from which the fused input gradient is preferred; below,
-# the blocked kernels are. Two threads, alternating in one process (AMD EPYC Zen 4, 2 cores),
-# fused against blocked (PyTorch), ms: CLIP's 16 -> 32 at 8x8 (batch 128) 0.87 against 0.67
-# (0.92), 16 -> 32 at 16x16 (batch 32) 0.78 against 0.60 (0.83); with 32 input channels they
-# tie (32 -> 32 at 8x8 1.14 against 1.12, 32 -> 64 1.90 against 1.84) and from 64 the fused
-# kernels win (mnist's 64 -> 32 at 26x26: 9.3 against 10.6). With the fused kernels preferred,
-# the tuner kept them for CLIP's layer (another choice must be faster by TUNE_MARGIN).
-FUSED_INPUT_GRAD_MADE = 32
+# Input channels (summed by the forward and the weight gradient, made by the input gradient)
+# from which the fused kernels are preferred; below, the blocked kernels are. Two threads,
+# alternating in one process (AMD EPYC Zen 4, 2 cores), fused against blocked (PyTorch), ms:
+# CLIP's 16 -> 32 at 8x8 (batch 128) input gradient 0.87 against 0.67 (0.92), 16 -> 32 at
+# 16x16 (batch 32) 0.78 against 0.60 (0.83); with 32 input channels they tie (32 -> 32 at 8x8
+# 1.14 against 1.12, 32 -> 64 1.90 against 1.84) and from 64 the fused kernels win (mnist's 64
+# -> 32 at 26x26: 9.3 against 10.6). Since the blocked passes copy a sample channels-last and
+# store their blocks transposed in registers, CLIP's 16 -> 32 forward / weight gradient 0.55 /
+# 0.64 against 0.70 / 0.96 (direct 0.82 / 0.75). With the fused kernels preferred, the tuner
+# kept them for CLIP's forward (another choice must be faster by TUNE_MARGIN).
+FUSED_PREFER_CHANNELS = 32
 
 
 def fused_prefer(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
     # where it fits: on 2x2 maps too (ResNet-18's layer1 on 8x8 digits, 64 -> 64, batch 64:
     # forward and both gradients 0.88 ms against the pixel-major GEMM's 1.04 and the
     # reference's 1.70, one thread, alternating in one process, AMD EPYC Zen 4)
-    return p != "input_grad" or wshape[1] >= FUSED_INPUT_GRAD_MADE
+    return wshape[1] >= FUSED_PREFER_CHANNELS
 
 
 def poly_fits(geom: Any, groups: int, wshape: Any, arrays: Any, p: str) -> bool:
