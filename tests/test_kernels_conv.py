@@ -347,7 +347,7 @@ def test_blocked_transposing_store_puts_each_pixel_and_channel_in_its_plane(dtyp
     channel-first planes ``stride`` apart, touching nothing else."""
     import numba  # noqa: PLC0415
 
-    from tapegrad._kernels import conv_blocked as cb  # noqa: PLC0415
+    from tapegrad._kernels import conv_vec as cb  # noqa: PLC0415
 
     for k in (1, 2, 4, 8, 16):
         rows = ", ".join(f"row_load(a, np.uint64({i * cb.OB}))" for i in range(k))

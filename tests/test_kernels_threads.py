@@ -118,7 +118,10 @@ with os.fdopen(r, "rb") as f:
 assert os.waitpid(pid, 0)[1] == 0
 assert not active and why == "a forked child", (active, why)
 assert np.array_equal(product, a @ b)
-assert all(np.array_equal(x, y) for x, y in zip(convs, want, strict=True))
+# the weight gradient's sum over the batch splits across the parent's threads (each thread's
+# samples summed, then the threads' sums in order): float rounding apart from the child's one
+assert all(np.array_equal(x, y) for i, (x, y) in enumerate(zip(convs, want, strict=True)) if i != 2)
+np.testing.assert_allclose(convs[2], want[2], rtol=1e-5, atol=1e-4)
 print("ok")
 """
 

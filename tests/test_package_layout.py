@@ -19,8 +19,9 @@ ROOT = Path(tapegrad.__file__).parent
 # is still one piece and what splits it. Shrinking is free; growing one here fails too.
 BUDGET = 600
 OVER_BUDGET = {
-    "_kernels/conv_blocked.py": (1469, "its generated source's templates and the vector-block "
-                                       "intrinsics they call; the intrinsics are the next split"),
+    "_kernels/conv_blocked.py": (1289, "its generated source's templates, one per pass and "
+                                       "layout, and the code that writes, loads and twins them "
+                                       "(the intrinsics they call: conv_vec.py)"),
     "_compile.py": (742, "capture, comparison and code generation of one program; the code "
                          "generator is the next split"),
 }
