@@ -113,15 +113,31 @@ def test_the_faster_implementation_is_kept_in_the_process_and_on_disk(tuned):
     assert slow.calls == 4 and len(json.loads(path.read_text())["entries"]) == 2
 
 
-def test_a_close_call_gets_more_runs_than_a_clear_one(tuned):
+def test_a_close_call_gets_more_runs_than_a_clear_one(tuned, monkeypatch):
     # two timed runs each settle a clear winner; two within TUNE_CLOSE of each other run on
-    # (up to TUNE_REPEATS) while TUNE_CLOSE_BUDGET lasts: one noisy pair decided such keys
+    # (up to TUNE_REPEATS) while TUNE_CLOSE_BUDGET lasts: one noisy pair decided such keys.
+    # A clock of the test's own: each run advances it by its candidate's cost, so the scores
+    # are exact on a loaded machine too
     install, _ = tuned
-    a, b = _Fake("a", 0.004), _Fake("b", 0.004)
+    now = [0.0]
+    monkeypatch.setattr(registry, "_clock", lambda k: lambda: now[0])
+
+    class _Ticking(_Fake):
+        __slots__ = ("cost",)
+
+        def __init__(self, name, cost):
+            super().__init__(name, 0.0)
+            self.cost = cost
+
+        def run(self, x):
+            now[0] += self.cost
+            return super().run(x)
+
+    a, b = _Ticking("a", 0.004), _Ticking("b", 0.004)
     install(a, b)
     registry.dispatch("tune_test", lambda v: v, np.arange(3.0))
     assert a.calls == b.calls == 1 + registry.TUNE_REPEATS
-    fast, slower = _Fake("fast", 0.006), _Fake("slower", 0.01)  # clear, not dropped (< 2x)
+    fast, slower = _Ticking("fast", 0.006), _Ticking("slower", 0.01)  # clear, not dropped (< 2x)
     install(fast, slower)
     registry.dispatch("tune_test", lambda v: v, np.arange(4.0))
     assert fast.calls == slower.calls == 1 + registry.TUNE_ROUNDS
